@@ -1,0 +1,1 @@
+"""Pure analysis: frames in, a typed Report out (windows, correlation, verdict, advice)."""

@@ -1,0 +1,201 @@
+"""The typed Report: one schema used by the CLI (--json), the JSON API and the dashboards.
+
+Plain dataclasses; `to_dict()` gives the documented JSON contract (docs/report.md).
+Datetimes serialise as ISO 8601 strings with offset; None as null.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+VerdictState = Literal["ok", "at_risk", "over_capacity", "insufficient_data"]
+# How a preemption count was obtained, best first.
+PreemptionSource = Literal[
+    "metrics_counter",  # vllm:num_preemptions_total deltas: exact
+    "v1_stats_field",  # `Preemptions: N` in V1 stats lines: exact for the logged intervals
+    "v0_warning_counter",  # every-50th V0 warning's cumulative counter: a lower bound
+    "inferred",  # V1 log with no count: KV >= ~0.98, waiting > 0, running dropping
+    "none",
+]
+CountQuality = Literal["exact", "lower_bound", "inferred", "none"]
+LatencyMetric = Literal["e2e", "ttft", "itl", "tpot", "queue"]
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Tail and mean of one latency metric over one window, in seconds."""
+
+    metric: LatencyMetric
+    source: Literal["histogram", "samples"]
+    count: int
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    # p99 / mean; the tail-vs-average gap that dashboards of averages hide.
+    p99_over_mean: float | None
+    # True when p99 fell in the first or the +Inf bucket, so it is only a bound.
+    bucket_limited: bool = False
+
+
+@dataclass(frozen=True)
+class Window:
+    start: datetime
+    end: datetime
+    preemptions: int | None  # None: no count for this window (never read as 0)
+    preemption_quality: CountQuality
+    preemption_source: PreemptionSource
+    likely_preempting: bool  # inference from KV/waiting/running, labelled as such
+    forced_preemptions: bool  # burst preempting everything at low KV: a cache reset, not capacity
+    kv_usage_max: float | None
+    kv_usage_mean: float | None
+    running_mean: float | None
+    running_max: int | None
+    waiting_mean: float | None
+    waiting_max: int | None
+    waiting_for_capacity_max: int | None
+    prompt_throughput: float | None  # tokens/s
+    generation_throughput: float | None  # tokens/s
+    idle: bool
+    over_capacity: bool
+    latency: dict[str, LatencyStats] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A contiguous run of over-capacity windows."""
+
+    start: datetime
+    end: datetime
+    windows: int
+    preemptions: int | None
+    peak_kv_usage: float | None
+    peak_waiting: int | None
+    peak_p99_over_mean: float | None
+
+
+@dataclass(frozen=True)
+class Correlation:
+    metric: LatencyMetric | None  # the latency metric used (e2e preferred), None when no latency
+    windows_with_preemption: int
+    windows_without_preemption: int
+    p99_over_mean_with: float | None
+    p99_over_mean_without: float | None
+    p99_with: float | None
+    p99_without: float | None
+    spearman_rho: float | None  # preemption rate vs p99/mean over all windows
+    best_lag_windows: int | None  # lag (in windows) where |rho| is largest
+    best_lag_rho: float | None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One fact behind a verdict, as a number and a sentence."""
+
+    code: str  # stable id, e.g. "preemptions", "kv_saturated", "p99_over_mean"
+    message: str
+    value: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: VerdictState
+    evidence: list[Evidence]
+    # "capacity" (too little KV for the load) or "ordering" (priority policy moves the pain)
+    problem: Literal["capacity", "ordering", "none", "unknown"] = "unknown"
+
+
+@dataclass(frozen=True)
+class Advice:
+    rank: int  # 1 = try first, as vLLM's docs rank the remedies
+    action: str  # e.g. "raise_gpu_memory_utilization"
+    flag: str | None  # e.g. "--gpu-memory-utilization"
+    current: str | None
+    suggested: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Preemptions:
+    total: int | None  # None when nothing in the inputs counts preemptions
+    exact: bool
+    evidence: PreemptionSource
+    warning_lines: int = 0  # V0 warning lines seen (each stands for up to 50 preemptions)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_context_tokens: int | None = None
+    available_kv_memory_gib: float | None = None
+    model_weights_gib: float | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    scheduling_policy: str | None = None
+    vllm_version: str | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class SourceSummary:
+    path: str
+    kind: Literal["log", "metrics", "bench", "requests"]
+    deployment: str
+    lines: int | None = None
+    unrecognized_lines: int | None = None
+    records: dict[str, int] = field(default_factory=dict)
+    vllm_version: str | None = None
+    log_era: str | None = None
+    timezone: str | None = None
+
+
+@dataclass(frozen=True)
+class DeploymentReport:
+    name: str
+    verdict: Verdict
+    preemptions: Preemptions
+    capacity: Capacity
+    advice: list[Advice]
+    windows: list[Window]
+    episodes: list[Episode]
+    correlation: Correlation
+    sources: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Report:
+    deployments: list[DeploymentReport]
+    sources: list[SourceSummary]
+    parameters: dict[str, Any] = field(default_factory=dict)
+    generated_at: datetime | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = _jsonable(self)
+        return result
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN/inf; a missing figure is null
+    return value

@@ -1,0 +1,1 @@
+"""Plotly figures, self-contained HTML reports, the live page, alert rules, Grafana."""

@@ -1,0 +1,1 @@
+"""Version-tolerant readers: vLLM logs, /metrics scrapes, benchmark results into frames."""

@@ -1,0 +1,173 @@
+"""Column names and dtypes of every frame ingest produces: the contract between rooms.
+
+Units: fractions 0..1 for percentages, seconds for durations, tokens/s for throughput,
+timestamps as timezone-aware UTC datetimes (the zone assumed for vLLM's naive local
+times is reported by the parser). Documented in docs/frames.md; keep both in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+TIMESTAMP = pl.Datetime("us", "UTC")
+
+# Columns every record read from a log carries, in this order.
+RECORD_COLUMNS: dict[str, pl.DataType] = {
+    "source": pl.String(),  # file path as given (or "-" for stdin)
+    "line": pl.Int64(),  # 1-based physical line where the record starts
+    "deployment": pl.String(),  # default: the file stem; settable with PATH=NAME
+    "process": pl.String(),  # "APIServer", "EngineCore_DP0", "Worker_TP1", ... or null
+    "pid": pl.Int64(),
+    "level": pl.String(),  # DEBUG / INFO / WARNING / ERROR / CRITICAL or null
+    "timestamp": TIMESTAMP,  # null when the record has no time of its own
+}
+
+
+def _schema(extra: dict[str, pl.DataType]) -> pl.Schema:
+    return pl.Schema({**RECORD_COLUMNS, **extra})
+
+
+PREEMPTION_WARNING = _schema(
+    {
+        "request_id": pl.String(),
+        "mode": pl.String(),  # "RECOMPUTE" or "SWAP"
+        # total_num_cumulative_preemption (or the docs' total_cumulative_preemption_cnt);
+        # null when the line was cut before the counter.
+        "cumulative": pl.Int64(),
+    }
+)
+
+SCHEDULER_STATS = _schema(
+    {
+        "era": pl.String(),  # "v0" (Running/Swapped/Pending) or "v1" (Engine NNN / Waiting)
+        "engine": pl.Int64(),  # V1 engine index; null for V0 and for aggregated lines
+        "prompt_throughput": pl.Float64(),  # tokens/s
+        "generation_throughput": pl.Float64(),  # tokens/s
+        "running": pl.Int64(),
+        "waiting": pl.Int64(),  # V1 Waiting, or V0 Pending
+        "swapped": pl.Int64(),  # V0 only
+        "deferred": pl.Int64(),  # V1 v0.20+ only, when present
+        # V1 `Preemptions: N` in this interval. Null means "no count in this log", never 0.
+        "preemptions": pl.Int64(),
+        "kv_device": pl.String(),  # "GPU", "XPU", "CPU", ...
+        "gpu_kv_cache_usage": pl.Float64(),  # fraction 0..1 (of the device named in kv_device)
+        "cpu_kv_cache_usage": pl.Float64(),  # V0 swap space use, fraction 0..1
+        "prefix_cache_hit_rate": pl.Float64(),  # fraction 0..1
+        "external_prefix_cache_hit_rate": pl.Float64(),
+        "mm_cache_hit_rate": pl.Float64(),
+        "extra": pl.String(),  # unknown fields kept verbatim, null when none
+    }
+)
+
+# One row per quantity, so new KV-sizing lines add rows, not columns.
+# kind: gpu_blocks, cpu_blocks, kv_cache_tokens, max_concurrency, available_kv_memory,
+#       model_weights, memory_total, memory_for_kv (see docs/frames.md for the full list)
+KV_CAPACITY = _schema(
+    {
+        "kind": pl.String(),
+        "value": pl.Float64(),
+        "unit": pl.String(),  # "blocks", "tokens", "x", "GiB", "s", "fraction"
+        "context_tokens": pl.Int64(),  # for max_concurrency: the per-request length L
+        "device": pl.String(),  # "GPU", "CUDA", "cuda", "TPU", ...
+    }
+)
+
+# One row per extracted setting.
+# key: vllm_version, engine_version (V0/V1), model, served_model_name, max_num_seqs,
+#      max_num_batched_tokens, gpu_memory_utilization, tensor_parallel_size,
+#      pipeline_parallel_size, block_size, scheduling_policy, max_model_len, ...
+CONFIG = _schema(
+    {
+        "key": pl.String(),
+        "value": pl.String(),
+        "origin": pl.String(),  # version_line, engine_config, non_default_args, args_namespace, ...
+    }
+)
+
+# event: received, added, finished, aborted, generated, failed
+REQUESTS = _schema(
+    {
+        "event": pl.String(),
+        "request_id": pl.String(),
+    }
+)
+
+ACCESS = _schema(
+    {
+        "client": pl.String(),
+        "method": pl.String(),
+        "path": pl.String(),
+        "http_version": pl.String(),
+        "status": pl.Int64(),
+    }
+)
+
+OTHER = _schema(
+    {
+        "logger_file": pl.String(),  # "scheduler.py", "v1/metrics/loggers.py", ...
+        "logger_line": pl.Int64(),
+        "message": pl.String(),
+    }
+)
+
+UNRECOGNIZED = pl.Schema(
+    {
+        "source": pl.String(),
+        "line": pl.Int64(),
+        "deployment": pl.String(),
+        "text": pl.String(),
+    }
+)
+
+FRAME_SCHEMAS: dict[str, pl.Schema] = {
+    "preemption_warning": PREEMPTION_WARNING,
+    "scheduler_stats": SCHEDULER_STATS,
+    "kv_capacity": KV_CAPACITY,
+    "config": CONFIG,
+    "requests": REQUESTS,
+    "access": ACCESS,
+    "other": OTHER,
+    "unrecognized": UNRECOGNIZED,
+}
+
+
+def empty(kind: str) -> pl.DataFrame:
+    """An empty frame of the given kind with the right dtypes."""
+    return pl.DataFrame(schema=FRAME_SCHEMAS[kind])
+
+
+@dataclass
+class LineAccounting:
+    """Every physical line is either part of a record or unrecognized: the totals add up."""
+
+    lines: int = 0
+    parsed_lines: int = 0
+    unrecognized_lines: int = 0
+    blank_lines: int = 0  # empty lines count as parsed-to-nothing, reported separately
+
+    def check(self) -> bool:
+        return self.parsed_lines + self.unrecognized_lines + self.blank_lines == self.lines
+
+
+@dataclass
+class LogFrames:
+    """Everything read from one log source (or a batch of its lines)."""
+
+    source: str
+    deployment: str
+    frames: dict[str, pl.DataFrame] = field(
+        default_factory=lambda: {kind: empty(kind) for kind in FRAME_SCHEMAS}
+    )
+    accounting: LineAccounting = field(default_factory=LineAccounting)
+    vllm_version: str | None = None
+    log_era: str | None = None  # "v0", "v1", "mixed" or None when nothing tells
+    timezone: str = "UTC"  # zone assumed for the log's own naive timestamps
+    year_source: str | None = None  # "wrapper", "json", "mtime", "option", "now"
+
+    def __getitem__(self, kind: str) -> pl.DataFrame:
+        return self.frames[kind]
+
+    def record_counts(self) -> dict[str, int]:
+        return {kind: frame.height for kind, frame in self.frames.items()}

@@ -1,0 +1,5 @@
+import sys
+
+from preemptscope.cli import main
+
+sys.exit(main())

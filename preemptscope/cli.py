@@ -1,0 +1,55 @@
+"""The `preemptscope` command: a thin dispatcher over the subcommand modules."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from preemptscope import __version__
+from preemptscope.errors import PreemptscopeError
+
+# Each module defines `register(subparsers)` which adds its parser and sets `func`.
+# Order is the order shown in `--help`.
+SUBCOMMAND_MODULES = (
+    "preemptscope.commands.demo",
+    "preemptscope.commands.parse",
+    "preemptscope.commands.report",
+    "preemptscope.commands.capacity",
+    "preemptscope.commands.whatif",
+    "preemptscope.commands.scrape",
+    "preemptscope.commands.serve",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="preemptscope",
+        description="Find out whether a vLLM deployment is over capacity, and prove it.",
+    )
+    parser.add_argument("--version", action="version", version=f"preemptscope {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except PreemptscopeError as exc:
+        print(f"preemptscope: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `preemptscope parse ... | head` closes stdout early; that is not an error.
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `preemptscope` subcommand; each exposes `register(subparsers)`."""

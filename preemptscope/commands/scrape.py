@@ -1,0 +1,15 @@
+"""`preemptscope scrape` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("scrape", help="(not built yet)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise SystemExit("preemptscope scrape: not built yet")

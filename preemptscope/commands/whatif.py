@@ -1,0 +1,15 @@
+"""`preemptscope whatif` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("whatif", help="(not built yet)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise SystemExit("preemptscope whatif: not built yet")
