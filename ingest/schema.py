@@ -121,6 +121,43 @@ UNRECOGNIZED = pl.Schema(
     }
 )
 
+# /metrics samples, long format: one row per sample per scrape (ingest/metrics.py).
+METRIC_SAMPLES = pl.Schema(
+    {
+        "timestamp": TIMESTAMP,  # scrape time
+        "source": pl.String(),  # file or URL
+        "deployment": pl.String(),
+        # canonical name with prefix (vllm:, ray_vllm_) and _total stripped and renames folded,
+        # e.g. "num_preemptions", "kv_cache_usage_perc", "inter_token_latency_seconds"
+        "metric": pl.String(),
+        "raw_name": pl.String(),  # the name as exposed
+        "type": pl.String(),  # counter, gauge, histogram, info, unknown
+        "sample": pl.String(),  # value, bucket, sum, count, created
+        "le": pl.Float64(),  # bucket bound for sample == "bucket" (inf for +Inf), else null
+        "model_name": pl.String(),
+        "engine": pl.String(),
+        "labels": pl.String(),  # the remaining labels as a JSON object, sorted keys
+        "value": pl.Float64(),
+    }
+)
+
+# Per-request latencies from client results or log lifecycle lines (ingest/bench.py).
+REQUEST_LATENCIES = pl.Schema(
+    {
+        "source": pl.String(),
+        "deployment": pl.String(),
+        "request_id": pl.String(),
+        "start": TIMESTAMP,  # when the request was sent / received
+        "e2e": pl.Float64(),  # seconds
+        "ttft": pl.Float64(),  # seconds, null when unknown
+        "tpot": pl.Float64(),  # mean time per output token, seconds, null when unknown
+        "prompt_tokens": pl.Int64(),
+        "output_tokens": pl.Int64(),
+        "success": pl.Boolean(),
+        "origin": pl.String(),  # vllm_bench, guidellm, csv, jsonl, log_lifecycle
+    }
+)
+
 FRAME_SCHEMAS: dict[str, pl.Schema] = {
     "preemption_warning": PREEMPTION_WARNING,
     "scheduler_stats": SCHEDULER_STATS,
