@@ -1,0 +1,455 @@
+"""Latency and counter math over METRIC_SAMPLES and REQUEST_LATENCIES frames. Pure: no I/O.
+
+Window conventions (documented in docs/sources.md):
+
+* Counters and histograms are cumulative, so what happened between two scrapes is known only
+  at the later one. The increase of a pair of consecutive scrapes (t0, t1] belongs to the window
+  with start < t1 <= end. Windows that tile time therefore split every increase exactly once.
+* A counter that goes down restarted: the increase of that pair is the new value (counted from
+  zero), never negative. A changed `_created` sample also marks a restart, even when the new
+  value has already passed the old one. For histograms a restart is decided per series and
+  scrape (any bucket, `_count` or `_sum` going down), so the buckets stay consistent.
+* Gauges are read at scrapes with start <= t < end; per scrape, series are combined first
+  (summed for counts, max for `_perc` fractions: the fullest engine is what preempts).
+* Per-request samples belong to the window in which the request started.
+
+Series are told apart by (source, deployment, model_name, engine, labels).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Literal
+
+import polars as pl
+from preemptscope.analysis.report import LatencyMetric, LatencyStats
+
+__all__ = [
+    "HISTOGRAM_METRICS",
+    "SERIES_KEYS",
+    "bucket_quantile",
+    "counter_increase",
+    "counter_increases",
+    "gauge_window",
+    "gauge_windows",
+    "histogram_metric",
+    "histogram_window_stats",
+    "histogram_windows_stats",
+    "info_labels",
+    "samples_window_stats",
+    "samples_windows_stats",
+]
+
+SERIES_KEYS = ["source", "deployment", "model_name", "engine", "labels"]
+
+# Canonical histogram names per latency kind, preferred first. V0's
+# time_per_output_token_seconds was observed per decode step, i.e. inter-token latency; V1
+# renamed it inter_token_latency_seconds (0.11 kept both, with the same observations).
+HISTOGRAM_METRICS: dict[LatencyMetric, tuple[str, ...]] = {
+    "e2e": ("e2e_request_latency_seconds",),
+    "ttft": ("time_to_first_token_seconds",),
+    "itl": ("inter_token_latency_seconds", "time_per_output_token_seconds"),
+    "tpot": ("request_time_per_output_token_seconds",),
+    "queue": ("request_queue_time_seconds",),
+}
+_KIND_OF: dict[str, LatencyMetric] = {
+    name: kind for kind, names in HISTOGRAM_METRICS.items() for name in names
+}
+
+Window = tuple[datetime, datetime]
+
+
+# ---------------------------------------------------------------------------------------------
+# Windows
+
+
+def _check_windows(windows: Sequence[Window]) -> None:
+    for (start, end), following in zip(windows, [*windows[1:], None], strict=True):
+        if start.tzinfo is None or end.tzinfo is None:
+            raise ValueError("window bounds must be timezone-aware")
+        if end <= start:
+            raise ValueError(f"window end {end} is not after its start {start}")
+        if following is not None and following[0] < end:
+            raise ValueError("windows must be sorted and must not overlap")
+
+
+def _window_index(
+    frame: pl.DataFrame, windows: Sequence[Window], *, cumulative: bool
+) -> pl.DataFrame:
+    """Add `window` (index into windows) to rows whose timestamp falls in one; drop the rest.
+
+    cumulative=True: start < t <= end (pair increases); False: start <= t < end (gauges, requests).
+    """
+    _check_windows(windows)
+    if frame.is_empty() or not windows:
+        return frame.with_columns(window=pl.lit(None, pl.Int64)).clear()
+    dtype = frame.schema["timestamp"]
+    starts = pl.Series([w[0] for w in windows]).cast(dtype)
+    ends = pl.Series([w[1] for w in windows]).cast(dtype)
+    side: Literal["left", "right"] = "left" if cumulative else "right"
+    position = starts.search_sorted(frame["timestamp"], side=side).cast(pl.Int64) - 1
+    frame = frame.with_columns(window=position)
+    frame = frame.filter(pl.col("window") >= 0)
+    window_end = ends.gather(frame["window"])
+    inside = frame["timestamp"] <= window_end if cumulative else frame["timestamp"] < window_end
+    return frame.filter(inside)
+
+
+# ---------------------------------------------------------------------------------------------
+# Counters
+
+
+def _created_column(series: pl.DataFrame, samples: pl.DataFrame, metric: str) -> pl.DataFrame:
+    created = (
+        samples.filter((pl.col("metric") == metric) & (pl.col("sample") == "created"))
+        .select([*SERIES_KEYS, "timestamp", pl.col("value").alias("created")])
+        .unique([*SERIES_KEYS, "timestamp"], keep="last")
+    )
+    if created.is_empty():
+        return series.with_columns(created=pl.lit(None, pl.Float64))
+    return series.join(created, on=[*SERIES_KEYS, "timestamp"], how="left", nulls_equal=True)
+
+
+def _restarted(keys: list[str]) -> pl.Expr:
+    """The created timestamp changed since the previous scrape of the same series."""
+    previous = pl.col("created").shift(1).over(keys)
+    return (pl.col("created") != previous).fill_null(False)
+
+
+def _counter_pairs(samples: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """One row per consecutive pair of scrapes of each series: timestamp (later) and increase."""
+    series = (
+        samples.filter((pl.col("metric") == metric) & (pl.col("sample") == "value"))
+        .select([*SERIES_KEYS, "timestamp", "value"])
+        .unique([*SERIES_KEYS, "timestamp"], keep="last")
+    )
+    series = _created_column(series, samples, metric).sort([*SERIES_KEYS, "timestamp"])
+    previous = pl.col("value").shift(1).over(SERIES_KEYS)
+    reset = (pl.col("value") < previous) | _restarted(SERIES_KEYS)
+    increase = (
+        pl.when(previous.is_null())
+        .then(None)
+        .when(reset)
+        .then(pl.col("value"))
+        .otherwise(pl.col("value") - previous)
+    )
+    return (
+        series.with_columns(increase=increase, reset=reset)
+        .filter(pl.col("increase").is_not_null())
+        .select("timestamp", "increase", "reset")
+    )
+
+
+def counter_increases(
+    samples: pl.DataFrame, metric: str, windows: Sequence[Window]
+) -> list[float | None]:
+    """`counter_increase` for many windows at once (one pass over the samples)."""
+    pairs = _window_index(_counter_pairs(samples, metric), windows, cumulative=True)
+    sums = dict(pairs.group_by("window").agg(pl.col("increase").sum()).iter_rows())
+    return [float(sums[i]) if i in sums else None for i in range(len(windows))]
+
+
+def counter_increase(
+    samples: pl.DataFrame, metric: str, start: datetime, end: datetime
+) -> float | None:
+    """Increase of a counter (canonical name, e.g. "num_preemptions") during (start, end].
+
+    Summed over series; restarts count the new value, never a negative step. None when no
+    pair of consecutive scrapes ends inside the window (nothing is known about it).
+    """
+    return counter_increases(samples, metric, [(start, end)])[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Gauges
+
+
+def _gauge_points(
+    samples: pl.DataFrame,
+    metric: str,
+    across: Literal["sum", "max", "mean"] | None,
+    labels: Mapping[str, str] | None,
+) -> pl.DataFrame:
+    frame = samples.filter((pl.col("metric") == metric) & (pl.col("sample") == "value"))
+    for key, value in (labels or {}).items():
+        frame = frame.filter(pl.col("labels").str.json_path_match(f"$.{key}") == value)
+    how = across or ("max" if metric.endswith("_perc") else "sum")
+    aggregate = {"sum": pl.col("value").sum(), "max": pl.col("value").max()}.get(
+        how, pl.col("value").mean()
+    )
+    return frame.group_by("timestamp").agg(aggregate.alias("value")).sort("timestamp")
+
+
+def gauge_windows(
+    samples: pl.DataFrame,
+    metric: str,
+    windows: Sequence[Window],
+    *,
+    across: Literal["sum", "max", "mean"] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> list[tuple[float | None, float | None]]:
+    """`gauge_window` for many windows at once."""
+    points = _window_index(
+        _gauge_points(samples, metric, across, labels), windows, cumulative=False
+    )
+    stats = {
+        row[0]: (row[1], row[2])
+        for row in points.group_by("window")
+        .agg(pl.col("value").max(), pl.col("value").mean().alias("mean"))
+        .iter_rows()
+    }
+    return [stats.get(i, (None, None)) for i in range(len(windows))]
+
+
+def gauge_window(
+    samples: pl.DataFrame,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    *,
+    across: Literal["sum", "max", "mean"] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> tuple[float | None, float | None]:
+    """(max, mean) of a gauge over the scrapes with start <= t < end; (None, None) when none.
+
+    Series are combined per scrape first: `across` defaults to "max" for `*_perc` metrics and
+    "sum" otherwise. `labels` filters on extra labels, e.g. {"reason": "capacity"}.
+    """
+    return gauge_windows(samples, metric, [(start, end)], across=across, labels=labels)[0]
+
+
+def info_labels(samples: pl.DataFrame, metric: str = "cache_config_info") -> list[dict[str, str]]:
+    """Labels of an info metric at its latest scrape, one dict per series (engine kept)."""
+    frame = samples.filter((pl.col("metric") == metric) & (pl.col("sample") == "value"))
+    if frame.is_empty():
+        return []
+    latest = frame.filter(pl.col("timestamp") == pl.col("timestamp").max())
+    result: list[dict[str, str]] = []
+    for row in latest.sort("engine", nulls_last=True).iter_rows(named=True):
+        found = {
+            str(k): str(v) for k, v in pl.Series([row["labels"]]).str.json_decode().item().items()
+        }
+        if row["engine"] is not None:
+            found["engine"] = row["engine"]
+        if row["model_name"] is not None:
+            found["model_name"] = row["model_name"]
+        result.append(found)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Histograms
+
+
+def bucket_quantile(
+    q: float, bounds: Sequence[float], cumulative: Sequence[float]
+) -> tuple[float | None, bool]:
+    """Prometheus-style quantile from cumulative bucket counts: (value, bucket_limited).
+
+    Linear interpolation inside the bucket holding rank q*total, from 0 for the first bucket.
+    In the +Inf bucket the answer is the highest finite bound (a lower bound of the truth);
+    in the first bucket it is an interpolation with no data below. Both are flagged.
+    """
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile {q} outside [0, 1]")
+    if len(bounds) != len(cumulative) or not bounds:
+        return None, False
+    counts = list(cumulative)
+    for i in range(1, len(counts)):
+        counts[i] = max(counts[i], counts[i - 1])  # guard against mixed-bound series
+    total = counts[-1]
+    if total <= 0 or not math.isinf(bounds[-1]):
+        return None, False
+    rank = q * total
+    index = next(i for i, count in enumerate(counts) if count >= rank)
+    if index == len(bounds) - 1:
+        return (bounds[-2], True) if len(bounds) > 1 else (None, True)
+    upper = bounds[index]
+    if index == 0:
+        if upper <= 0:
+            return upper, True
+        return upper * rank / counts[0], True
+    lower, below = bounds[index - 1], counts[index - 1]
+    return lower + (upper - lower) * (rank - below) / (counts[index] - below), False
+
+
+def histogram_metric(samples: pl.DataFrame, kind: LatencyMetric) -> str | None:
+    """The canonical histogram present in `samples` for a latency kind, preferred name first."""
+    present = set(samples.filter(pl.col("sample") == "bucket")["metric"].unique().to_list())
+    return next((name for name in HISTOGRAM_METRICS[kind] if name in present), None)
+
+
+def _histogram_pairs(samples: pl.DataFrame, metric: str, model_name: str | None) -> pl.DataFrame:
+    """Per consecutive scrape pair of each series: the increase of every bucket, _sum, _count."""
+    frame = samples.filter(
+        (pl.col("metric") == metric) & pl.col("sample").is_in(["bucket", "sum", "count"])
+    )
+    if model_name is not None:
+        frame = frame.filter(pl.col("model_name") == model_name)
+    frame = frame.select([*SERIES_KEYS, "timestamp", "sample", "le", "value"]).unique(
+        [*SERIES_KEYS, "timestamp", "sample", "le"], keep="last"
+    )
+    frame = _created_column(frame, samples, metric)
+    line = [*SERIES_KEYS, "sample", "le"]
+    frame = frame.sort([*line, "timestamp"])
+    frame = frame.with_columns(previous=pl.col("value").shift(1).over(line))
+    frame = frame.with_columns(
+        restarted=(pl.col("value") < pl.col("previous")).fill_null(False) | _restarted(line)
+    )
+    # One restart flag per series and scrape, so every bucket of that scrape agrees.
+    reset = pl.col("restarted").any().over([*SERIES_KEYS, "timestamp"])
+    increase = (
+        pl.when(pl.col("previous").is_null())
+        .then(None)
+        .when(reset)
+        .then(pl.col("value"))
+        .otherwise(pl.col("value") - pl.col("previous"))
+    )
+    return (
+        frame.with_columns(increase=increase)
+        .filter(pl.col("increase").is_not_null())
+        .select("timestamp", "sample", "le", "increase")
+    )
+
+
+def _stats_from_buckets(
+    kind: LatencyMetric, buckets: pl.DataFrame, total_sum: float | None, count: float | None
+) -> LatencyStats | None:
+    ordered = buckets.sort("le")
+    bounds = ordered["le"].to_list()
+    cumulative = ordered["increase"].to_list()
+    observations = count if count is not None else (cumulative[-1] if cumulative else 0.0)
+    if observations is None or observations <= 0:
+        return None
+    p50, _ = bucket_quantile(0.5, bounds, cumulative)
+    p90, _ = bucket_quantile(0.9, bounds, cumulative)
+    p99, limited = bucket_quantile(0.99, bounds, cumulative)
+    mean = total_sum / observations if total_sum is not None else None
+    ratio = p99 / mean if p99 is not None and mean is not None and mean > 0 else None
+    return LatencyStats(
+        metric=kind,
+        source="histogram",
+        count=round(observations),
+        mean=mean,
+        p50=p50,
+        p90=p90,
+        p99=p99,
+        p99_over_mean=ratio,
+        bucket_limited=limited,
+    )
+
+
+def _resolve(samples: pl.DataFrame, metric: str) -> tuple[str | None, LatencyMetric]:
+    if metric in HISTOGRAM_METRICS:
+        kind: LatencyMetric = metric
+        return histogram_metric(samples, kind), kind
+    if metric not in _KIND_OF:
+        known = ", ".join(sorted([*HISTOGRAM_METRICS, *_KIND_OF]))
+        raise ValueError(f"unknown latency histogram {metric!r}; known: {known}")
+    return metric, _KIND_OF[metric]
+
+
+def histogram_windows_stats(
+    samples: pl.DataFrame,
+    metric: str,
+    windows: Sequence[Window],
+    *,
+    model_name: str | None = None,
+) -> list[LatencyStats | None]:
+    """`histogram_window_stats` for many windows at once (one pass over the samples)."""
+    name, kind = _resolve(samples, metric)
+    if name is None:
+        return [None] * len(windows)
+    pairs = _window_index(_histogram_pairs(samples, name, model_name), windows, cumulative=True)
+    totals = pairs.group_by("window", "sample", "le").agg(pl.col("increase").sum())
+    result: list[LatencyStats | None] = []
+    per_window = totals.partition_by("window", as_dict=True)
+    for index in range(len(windows)):
+        part = per_window.get((index,))
+        if part is None:
+            result.append(None)
+            continue
+        sums = part.filter(pl.col("sample") == "sum")["increase"]
+        counts = part.filter(pl.col("sample") == "count")["increase"]
+        result.append(
+            _stats_from_buckets(
+                kind,
+                part.filter(pl.col("sample") == "bucket"),
+                float(sums.sum()) if len(sums) else None,
+                float(counts.sum()) if len(counts) else None,
+            )
+        )
+    return result
+
+
+def histogram_window_stats(
+    samples: pl.DataFrame,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    *,
+    model_name: str | None = None,
+) -> LatencyStats | None:
+    """p50/p90/p99 (bucket interpolation over the window's bucket increases) and exact mean.
+
+    `metric` is a canonical histogram name ("e2e_request_latency_seconds") or a latency kind
+    ("e2e", "ttft", "itl", "tpot", "queue"; the first histogram present is used). Engines and
+    models are summed unless `model_name` is given. None when nothing was observed.
+    """
+    return histogram_windows_stats(samples, metric, [(start, end)], model_name=model_name)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-request samples
+
+
+def _sample_stats(kind: LatencyMetric, values: pl.Series) -> LatencyStats | None:
+    values = values.drop_nulls().drop_nans()
+    if values.is_empty():
+        return None
+    mean = float(values.mean())  # type: ignore[arg-type]
+
+    def quantile(q: float) -> float:
+        return float(values.quantile(q, interpolation="linear"))  # type: ignore[arg-type]
+
+    p99 = quantile(0.99)
+    return LatencyStats(
+        metric=kind,
+        source="samples",
+        count=values.len(),
+        mean=mean,
+        p50=quantile(0.5),
+        p90=quantile(0.9),
+        p99=p99,
+        p99_over_mean=p99 / mean if mean > 0 else None,
+        bucket_limited=False,
+    )
+
+
+def samples_windows_stats(
+    latencies: pl.DataFrame,
+    metric: Literal["e2e", "ttft", "tpot"],
+    windows: Sequence[Window],
+) -> list[LatencyStats | None]:
+    """`samples_window_stats` for many windows at once."""
+    frame = latencies.filter(pl.col("success").fill_null(True) & pl.col("start").is_not_null())
+    frame = frame.select(pl.col("start").alias("timestamp"), pl.col(metric))
+    placed = _window_index(frame, windows, cumulative=False)
+    groups = placed.partition_by("window", as_dict=True)
+    return [
+        _sample_stats(metric, groups[(i,)][metric]) if (i,) in groups else None
+        for i in range(len(windows))
+    ]
+
+
+def samples_window_stats(
+    latencies: pl.DataFrame,
+    metric: Literal["e2e", "ttft", "tpot"],
+    start: datetime,
+    end: datetime,
+) -> LatencyStats | None:
+    """Exact p50/p90/p99 (linear interpolation between order statistics) and mean of the
+    successful requests that started in [start, end); None when there are none."""
+    return samples_windows_stats(latencies, metric, [(start, end)])[0]

@@ -1,0 +1,331 @@
+"""vLLM `/metrics` text (a snapshot, a directory of snapshots, a live scrape) into METRIC_SAMPLES.
+
+Parsing is prometheus-client's; this module only names things. Every sample of the
+exposition is kept (vLLM's and the process/python ones alike), under a canonical,
+version-tolerant name (see `canonical_name` and docs/sources.md):
+
+* prefixes `vllm:`, `ray_vllm_` and `ray_vllm:` are stripped;
+* counters lose `_total` (0.8.x code names carried it, 0.9+ do not; the exposition has it);
+* renames are folded: `gpu_cache_usage_perc` -> `kv_cache_usage_perc`,
+  `gpu_prefix_cache_{queries,hits}` -> `prefix_cache_{queries,hits}`;
+* the per-token latency histograms stay distinct: V0's `time_per_output_token_seconds`
+  (per decode step, i.e. inter-token latency), V1's `inter_token_latency_seconds` (per step)
+  and `request_time_per_output_token_seconds` (per request mean). `preemptscope.analysis.latency`
+  maps the first two to "itl" and the last to "tpot".
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from collections.abc import Collection, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import polars as pl
+from preemptscope.ingest.schema import METRIC_SAMPLES
+from prometheus_client.parser import text_string_to_metric_families
+
+from preemptscope.errors import InputError, ScrapeError
+
+__all__ = [
+    "PREFIXES",
+    "RENAMES",
+    "SNAPSHOT_SUFFIXES",
+    "canonical_name",
+    "fetch_metrics_text",
+    "parse_metrics_text",
+    "read_metrics_path",
+    "scrape_once",
+    "timestamp_from_name",
+]
+
+PREFIXES = ("vllm:", "ray_vllm_", "ray_vllm:")
+# Old name -> current name, after prefix and `_total` stripping.
+RENAMES = {
+    "gpu_cache_usage_perc": "kv_cache_usage_perc",
+    "gpu_prefix_cache_queries": "prefix_cache_queries",
+    "gpu_prefix_cache_hits": "prefix_cache_hits",
+}
+# Files read from a snapshot directory; anything else there is ignored (and said so in docs).
+SNAPSHOT_SUFFIXES = (".prom", ".txt", ".metrics", ".prom.gz", ".txt.gz", ".metrics.gz")
+
+_TYPES = {
+    "counter": "counter",
+    "gauge": "gauge",
+    "histogram": "histogram",
+    "gaugehistogram": "histogram",
+    "summary": "summary",
+    "info": "info",
+    "stateset": "gauge",
+    "unknown": "unknown",
+    "untyped": "unknown",
+}
+_HISTOGRAM_SUFFIXES = {"_bucket": "bucket", "_sum": "sum", "_count": "count", "_created": "created"}
+
+
+def canonical_name(name: str) -> str:
+    """The version-tolerant metric name: no prefix, no `_total`, renames folded."""
+    for prefix in PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+            break
+    name = name.removesuffix("_total")
+    return RENAMES.get(name, name)
+
+
+def _strip_suffix(name: str, suffixes: Iterable[str]) -> tuple[str, str] | None:
+    for suffix in suffixes:
+        if name.endswith(suffix):
+            return name[: -len(suffix)], suffix
+    return None
+
+
+def _classify(
+    family_name: str, family_type: str, name: str, bases: dict[str, str]
+) -> tuple[str, str, str]:
+    """(base name, type, sample kind) of one sample; `bases` from `_owner_types`."""
+    kind = _TYPES.get(family_type, "unknown")
+    if name.endswith("_created"):
+        # prometheus-client writes `_created` as its own gauge family: tie it to its owner.
+        owner = name.removesuffix("_created")
+        if owner in bases:
+            return owner, bases[owner], "created"
+    if kind in ("histogram", "summary"):
+        split = _strip_suffix(name, _HISTOGRAM_SUFFIXES)
+        if split is not None:
+            return split[0], kind, _HISTOGRAM_SUFFIXES[split[1]]
+        return family_name, kind, "value"  # a summary quantile; `quantile` stays a label
+    if kind == "counter":
+        return family_name, kind, "value"
+    if kind == "unknown":
+        # No TYPE line: infer from the suffix.
+        split = _strip_suffix(name, _HISTOGRAM_SUFFIXES)
+        if split is not None and bases.get(split[0]) == "histogram":
+            return split[0], "histogram", _HISTOGRAM_SUFFIXES[split[1]]
+        if name.endswith("_total"):
+            return name, "counter", "value"
+    if name.endswith("_info"):
+        return name, "info", "value"
+    return name, kind, "value"
+
+
+def _owner_types(families: list[Any]) -> dict[str, str]:
+    """Names of counters and histograms (as exposed, without sample suffixes) -> their type."""
+    bases: dict[str, str] = {}
+    for family in families:
+        kind = _TYPES.get(family.type, "unknown")
+        if kind in ("counter", "histogram", "summary"):
+            bases[family.name] = kind
+        for sample in family.samples:
+            if sample.name.endswith("_bucket") and "le" in sample.labels:
+                bases.setdefault(sample.name.removesuffix("_bucket"), "histogram")
+            elif sample.name.endswith("_total"):
+                bases.setdefault(sample.name.removesuffix("_total"), "counter")
+    return bases
+
+
+def _parse_le(raw: str, source: str) -> float:
+    try:
+        return math.inf if raw in ("+Inf", "Inf", "inf") else float(raw)
+    except ValueError:
+        raise InputError(source, f"histogram bucket bound le={raw!r} is not a number") from None
+
+
+def _locate_error(text: str) -> tuple[int | None, str]:
+    """Find the first line that prometheus-client cannot parse on its own."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("# HELP") or stripped == "# EOF":
+            continue
+        try:
+            list(text_string_to_metric_families(stripped + "\n"))
+        except Exception as exc:
+            return number, f"not Prometheus text exposition ({exc}): {stripped[:120]!r}"
+    return None, "not Prometheus text exposition"
+
+
+def parse_metrics_text(
+    text: str,
+    *,
+    timestamp: datetime,
+    source: str,
+    deployment: str,
+    metrics: Collection[str] | None = None,
+) -> pl.DataFrame:
+    """One /metrics exposition into METRIC_SAMPLES rows, all stamped with `timestamp`.
+
+    `metrics` optionally keeps only the given canonical names (for long histories).
+    Raises InputError(source, reason, line) when the text is not an exposition.
+    """
+    if timestamp.tzinfo is None:
+        raise ValueError("timestamp must be timezone-aware")
+    if text.lstrip().startswith(("<", "{", "[")):
+        raise InputError(source, "not Prometheus text exposition (looks like HTML or JSON)", 1)
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception as exc:
+        line, reason = _locate_error(text)
+        if line is None:
+            reason = f"{reason} ({exc})"
+        raise InputError(source, reason, line) from exc
+
+    bases = _owner_types(families)
+    columns: dict[str, list[Any]] = {name: [] for name in METRIC_SAMPLES.names()}
+    for family in families:
+        for sample in family.samples:
+            base, kind, sample_kind = _classify(family.name, family.type, sample.name, bases)
+            metric = canonical_name(base)
+            if metrics is not None and metric not in metrics:
+                continue
+            labels = dict(sample.labels)
+            le = _parse_le(labels.pop("le"), source) if sample_kind == "bucket" else None
+            columns["metric"].append(metric)
+            columns["raw_name"].append(sample.name)
+            columns["type"].append(kind)
+            columns["sample"].append(sample_kind)
+            columns["le"].append(le)
+            columns["model_name"].append(labels.pop("model_name", None))
+            columns["engine"].append(labels.pop("engine", None))
+            columns["labels"].append(json.dumps(labels, sort_keys=True))
+            columns["value"].append(float(sample.value))
+    rows = len(columns["metric"])
+    columns["timestamp"] = [timestamp.astimezone(UTC)] * rows
+    columns["source"] = [source] * rows
+    columns["deployment"] = [deployment] * rows
+    return pl.DataFrame(columns, schema=METRIC_SAMPLES)
+
+
+# ISO 8601 extended (colons may be written as dashes in file names), ISO basic, or epoch.
+_ISO_EXTENDED = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})[T_ ](?P<h>\d{2})[:\-](?P<m>\d{2})[:\-](?P<s>\d{2})"
+    r"(?:[.,](?P<frac>\d{1,9}))?(?P<zone>Z|[+-]\d{2}:?\d{2})?"
+)
+_ISO_BASIC = re.compile(
+    r"(?P<date>\d{8})T(?P<h>\d{2})(?P<m>\d{2})(?P<s>\d{2})(?:[.,](?P<frac>\d{1,9}))?"
+    r"(?P<zone>Z|[+-]\d{4})?"
+)
+_EPOCH = re.compile(r"(?<!\d)(?P<epoch>\d{13}|\d{10}(?:\.\d{1,9})?)(?![\d])")
+
+
+def timestamp_from_name(name: str) -> datetime | None:
+    """The time written in a snapshot's file name (UTC when it names no zone), or None."""
+    for pattern in (_ISO_EXTENDED, _ISO_BASIC):
+        match = pattern.search(name)
+        if match is None:
+            continue
+        date = match["date"].replace("-", "")
+        frac = (match["frac"] or "0")[:6].ljust(6, "0")
+        zone = match["zone"] or "Z"
+        zone = "+00:00" if zone == "Z" else f"{zone[:3]}:{zone[-2:]}"
+        text = (
+            f"{date[:4]}-{date[4:6]}-{date[6:]}T{match['h']}:{match['m']}:{match['s']}.{frac}{zone}"
+        )
+        try:
+            return datetime.fromisoformat(text).astimezone(UTC)
+        except ValueError:
+            continue
+    match = _EPOCH.search(name)
+    if match is not None:
+        raw = match["epoch"]
+        seconds = int(raw) / 1000 if len(raw) == 13 and "." not in raw else float(raw)
+        return datetime.fromtimestamp(seconds, UTC)
+    return None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, gzip.BadGzipFile) as exc:
+        raise InputError(str(path), f"cannot read: {exc}") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), f"not UTF-8 text (byte {exc.start})") from exc
+
+
+def _snapshot_time(path: Path) -> datetime:
+    stem = path.name
+    for suffix in SNAPSHOT_SUFFIXES:
+        stem = stem.removesuffix(suffix)
+    found = timestamp_from_name(stem)
+    if found is not None:
+        return found
+    return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+
+
+def read_metrics_path(
+    path: str | Path, *, deployment: str, metrics: Collection[str] | None = None
+) -> pl.DataFrame:
+    """One snapshot file, or every snapshot (`*.prom`, `*.txt`, `*.metrics`, gzipped too) in a dir.
+
+    Scrape time: an ISO or epoch timestamp in the file name, else the file's mtime.
+    Rows of a directory carry the directory as `source`, so each counter stays one series.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise InputError(str(root), "no such file or directory")
+    if root.is_file():
+        return parse_metrics_text(
+            _read_text(root),
+            timestamp=_snapshot_time(root),
+            source=str(root),
+            deployment=deployment,
+            metrics=metrics,
+        )
+    files = sorted(
+        entry
+        for entry in root.iterdir()
+        if entry.is_file()
+        and not entry.name.startswith(".")
+        and entry.name.endswith(SNAPSHOT_SUFFIXES)
+    )
+    if not files:
+        raise InputError(
+            str(root),
+            f"no metrics snapshots here (expected files ending {', '.join(SNAPSHOT_SUFFIXES)})",
+        )
+    frames = []
+    for file in files:
+        frame = parse_metrics_text(
+            _read_text(file),
+            timestamp=_snapshot_time(file),
+            source=str(file),  # errors name the file ...
+            deployment=deployment,
+            metrics=metrics,
+        )
+        frames.append(frame.with_columns(source=pl.lit(str(root))))  # ... rows the directory
+    return pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
+
+
+def fetch_metrics_text(url: str, *, timeout: float, client: httpx.Client | None = None) -> str:
+    """GET a /metrics endpoint; ScrapeError on any failure (network, HTTP status, encoding)."""
+    try:
+        if client is None:
+            response = httpx.get(url, timeout=timeout, follow_redirects=True)
+        else:
+            response = client.get(url, timeout=timeout, follow_redirects=True)
+    except httpx.TimeoutException:
+        raise ScrapeError(url, f"timed out after {timeout:g} s") from None
+    except httpx.HTTPError as exc:
+        raise ScrapeError(url, f"{type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise ScrapeError(url, f"HTTP {response.status_code} {response.reason_phrase}")
+    return response.text
+
+
+def scrape_once(
+    url: str, *, timeout: float, deployment: str, now: datetime | None = None
+) -> pl.DataFrame:
+    """Scrape one /metrics URL into METRIC_SAMPLES; ScrapeError when it cannot be read or parsed."""
+    stamp = now if now is not None else datetime.now(UTC)
+    text = fetch_metrics_text(url, timeout=timeout)
+    try:
+        return parse_metrics_text(text, timestamp=stamp, source=url, deployment=deployment)
+    except InputError as exc:
+        where = f"line {exc.line}: " if exc.line is not None else ""
+        raise ScrapeError(url, f"{where}{exc.reason}") from exc

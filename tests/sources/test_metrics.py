@@ -1,0 +1,264 @@
+"""/metrics text of several vLLM eras into METRIC_SAMPLES, and the errors on bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from preemptscope.analysis.latency import counter_increases, histogram_window_stats
+from preemptscope.ingest.metrics import (
+    canonical_name,
+    parse_metrics_text,
+    read_metrics_path,
+    timestamp_from_name,
+)
+from preemptscope.ingest.schema import METRIC_SAMPLES
+
+from preemptscope.errors import InputError
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
+T = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+
+def _read(name: str) -> pl.DataFrame:
+    return read_metrics_path(FIXTURES / name, deployment="llama")
+
+
+def _metrics(frame: pl.DataFrame) -> set[str]:
+    return set(frame["metric"].unique().to_list())
+
+
+@pytest.mark.parametrize(
+    ("raw", "canonical"),
+    [
+        ("vllm:num_preemptions_total", "num_preemptions"),
+        ("vllm:num_preemptions", "num_preemptions"),
+        ("ray_vllm_num_preemptions_total", "num_preemptions"),
+        ("ray_vllm:num_preemptions", "num_preemptions"),
+        ("vllm:gpu_cache_usage_perc", "kv_cache_usage_perc"),
+        ("vllm:kv_cache_usage_perc", "kv_cache_usage_perc"),
+        ("vllm:gpu_prefix_cache_hits_total", "prefix_cache_hits"),
+        ("vllm:time_per_output_token_seconds", "time_per_output_token_seconds"),
+        ("vllm:inter_token_latency_seconds", "inter_token_latency_seconds"),
+        ("process_cpu_seconds_total", "process_cpu_seconds"),
+    ],
+)
+def test_canonical_names(raw: str, canonical: str) -> None:
+    assert canonical_name(raw) == canonical
+
+
+def test_v0_snapshot() -> None:
+    frame = _read("v0_063.prom")
+    assert frame.schema == METRIC_SAMPLES
+    assert {"kv_cache_usage_perc", "time_per_output_token_seconds", "num_preemptions"} <= _metrics(
+        frame
+    )
+    kv = frame.filter(pl.col("metric") == "kv_cache_usage_perc").row(0, named=True)
+    assert kv["raw_name"] == "vllm:gpu_cache_usage_perc"
+    assert kv["type"] == "gauge" and kv["value"] == pytest.approx(0.993)
+    assert kv["model_name"] == "meta-llama/Llama-3.1-8B-Instruct" and kv["engine"] is None
+    preempt = frame.filter((pl.col("metric") == "num_preemptions") & (pl.col("sample") == "value"))
+    assert preempt["value"].to_list() == [151.0] and preempt["type"][0] == "counter"
+    assert frame.schema["timestamp"] == pl.Datetime("us", "UTC")
+    assert frame["deployment"].unique().to_list() == ["llama"]
+    success = frame.filter(pl.col("metric") == "request_success").filter(
+        pl.col("sample") == "value"
+    )
+    assert sorted(json.loads(x)["finished_reason"] for x in success["labels"]) == ["length", "stop"]
+
+
+def test_v0_histogram_buckets_and_created() -> None:
+    frame = _read("v0_063.prom")
+    ttft = frame.filter(pl.col("metric") == "time_to_first_token_seconds")
+    assert set(ttft["sample"].unique()) == {"bucket", "sum", "count", "created"}
+    buckets = ttft.filter(pl.col("sample") == "bucket").sort("le")
+    assert buckets["le"][0] == 0.001 and buckets["le"][-1] == float("inf")
+    assert buckets["le"][-2] == 10.0  # the old V0 TTFT top bound
+    assert buckets["value"][-1] == 1244
+    created = frame.filter(
+        (pl.col("metric") == "num_preemptions") & (pl.col("sample") == "created")
+    )
+    assert created["type"].to_list() == ["counter"]
+
+
+def test_v1_010_engine_label_and_old_itl_name() -> None:
+    frame = _read("v1_010.prom")
+    assert "time_per_output_token_seconds" in _metrics(frame)
+    assert "inter_token_latency_seconds" not in _metrics(frame)
+    assert frame.filter(pl.col("metric") == "num_requests_running")["engine"].to_list() == ["0"]
+
+
+def test_v1_033_capacity_signals() -> None:
+    frame = _read("v1_033.prom")
+    names = _metrics(frame)
+    assert {
+        "inter_token_latency_seconds",
+        "request_time_per_output_token_seconds",
+        "request_num_preemptions",
+        "num_requests_waiting_by_reason",
+    } <= names
+    assert "time_per_output_token_seconds" not in names
+    reasons = frame.filter(pl.col("metric") == "num_requests_waiting_by_reason")
+    assert sorted(json.loads(x)["reason"] for x in reasons["labels"]) == [
+        "capacity",
+        "capacity",
+        "deferred",
+        "deferred",
+    ]
+    info = frame.filter(pl.col("metric") == "cache_config_info")
+    assert info["type"].unique().to_list() == ["info"]
+    labels = json.loads(info.filter(pl.col("engine") == "1")["labels"][0])
+    assert labels["kv_cache_size_tokens"] == "441728" and labels["num_gpu_blocks"] == "27608"
+    per_request = frame.filter(
+        (pl.col("metric") == "request_num_preemptions") & (pl.col("sample") == "bucket")
+    )
+    assert sorted(per_request["le"].unique().to_list()) == [1, 2, 3, 4, 5, 10, 20, float("inf")]
+
+
+def test_ray_variant_reads_like_vllm() -> None:
+    ray = _read("ray_v1_033.prom")
+    plain = _read("v1_033.prom")
+    assert _metrics(ray) == _metrics(plain) - set()  # same canonical catalogue
+    preempt = ray.filter(pl.col("metric") == "num_preemptions")
+    assert preempt["type"].unique().to_list() == ["counter"]
+    assert (
+        preempt["value"].sum()
+        == plain.filter((pl.col("metric") == "num_preemptions") & (pl.col("sample") == "value"))[
+            "value"
+        ].sum()
+    )
+    assert json.loads(preempt["labels"][0])["NodeAddress"] == "10.0.0.7"
+
+
+def test_untyped_exposition_is_inferred() -> None:
+    text = "\n".join(
+        [
+            'vllm:num_preemptions_total{engine="0"} 4',
+            'vllm:e2e_request_latency_seconds_bucket{le="1.0"} 2',
+            'vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 3',
+            "vllm:e2e_request_latency_seconds_sum 4.5",
+            "vllm:e2e_request_latency_seconds_count 3",
+            "vllm:num_requests_running 5",
+        ]
+    )
+    frame = parse_metrics_text(text + "\n", timestamp=T, source="x", deployment="d")
+    kinds = {(row["metric"], row["sample"]): row["type"] for row in frame.iter_rows(named=True)}
+    assert kinds[("num_preemptions", "value")] == "counter"
+    assert kinds[("e2e_request_latency_seconds", "bucket")] == "histogram"
+    assert kinds[("e2e_request_latency_seconds", "count")] == "histogram"
+    assert kinds[("num_requests_running", "value")] == "unknown"
+
+
+def test_metrics_filter_keeps_only_named() -> None:
+    text = (FIXTURES / "v1_033.prom").read_text()
+    frame = parse_metrics_text(
+        text, timestamp=T, source="x", deployment="d", metrics={"num_preemptions"}
+    )
+    assert _metrics(frame) == {"num_preemptions"}
+
+
+def test_empty_text_is_an_empty_frame() -> None:
+    frame = parse_metrics_text("", timestamp=T, source="x", deployment="d")
+    assert frame.is_empty() and frame.schema == METRIC_SAMPLES
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("# TYPE a gauge\na 1\na{b=c} 2\n", 3),
+        ("a 1\nthis is not a metric line at all\n", 2),
+        ("a 1\nb notanumber\n", 2),
+        ("<html><body>Login</body></html>\n", 1),
+        ('{"error": "unauthorized"}\n', 1),
+    ],
+)
+def test_bad_text_names_source_line_and_reason(text: str, line: int) -> None:
+    with pytest.raises(InputError) as caught:
+        parse_metrics_text(text, timestamp=T, source="snap.prom", deployment="d")
+    assert caught.value.path == "snap.prom"
+    assert caught.value.line == line
+    assert "Prometheus text" in caught.value.reason
+
+
+def test_naive_timestamp_is_refused() -> None:
+    with pytest.raises(ValueError):
+        parse_metrics_text("a 1\n", timestamp=datetime(2026, 1, 1), source="x", deployment="d")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("20261129T100015Z", datetime(2026, 11, 29, 10, 0, 15, tzinfo=UTC)),
+        ("20261129T100015.250Z", datetime(2026, 11, 29, 10, 0, 15, 250000, tzinfo=UTC)),
+        ("snap-2026-11-29T10:00:15+01:00", datetime(2026, 11, 29, 9, 0, 15, tzinfo=UTC)),
+        ("pod-a_2026-11-29T10-00-15", datetime(2026, 11, 29, 10, 0, 15, tzinfo=UTC)),
+        ("metrics.1795946415", datetime(2026, 11, 29, 10, 0, 15, tzinfo=UTC)),
+        ("1795946415500", datetime(2026, 11, 29, 10, 0, 15, 500000, tzinfo=UTC)),
+        ("metrics", None),
+        ("v0_063", None),
+    ],
+)
+def test_timestamp_from_name(name: str, expected: datetime | None) -> None:
+    assert timestamp_from_name(name) == expected
+
+
+def test_directory_of_snapshots_is_one_series_with_restart() -> None:
+    frame = _read("v1_033_series")
+    assert frame["source"].unique().to_list() == [str(FIXTURES / "v1_033_series")]
+    stamps = frame["timestamp"].unique().sort().to_list()
+    assert len(stamps) == 9 and stamps[0] == T and stamps[-1] == T + timedelta(seconds=120)
+    windows = [
+        (T + timedelta(seconds=15 * i), T + timedelta(seconds=15 * (i + 1))) for i in range(8)
+    ]
+    # 69 preemptions per unit of scale across both engines; restart before the 7th scrape
+    assert counter_increases(frame, "num_preemptions", windows) == [
+        690,
+        1380,
+        2070,
+        2760,
+        3450,
+        345,
+        1035,
+        1380,
+    ]
+    stats = histogram_window_stats(frame, "itl", windows[5][0], windows[5][1])
+    assert stats is not None and stats.count == 345
+
+
+def test_snapshot_time_falls_back_to_mtime(tmp_path: Path) -> None:
+    target = tmp_path / "current.prom"
+    shutil.copy(FIXTURES / "v1_010.prom", target)
+    os.utime(target, (1795946415, 1795946415))
+    frame = read_metrics_path(target, deployment="d")
+    assert frame["timestamp"].unique().to_list() == [T + timedelta(seconds=15)]
+    assert frame["source"].unique().to_list() == [str(target)]
+
+
+def test_gzipped_snapshots_and_other_files_in_directory(tmp_path: Path) -> None:
+    (tmp_path / "20261129T100000Z.prom.gz").write_bytes(
+        gzip.compress((FIXTURES / "v1_010.prom").read_bytes())
+    )
+    (tmp_path / "README.md").write_text("not a snapshot")
+    frame = read_metrics_path(tmp_path, deployment="d")
+    assert frame["timestamp"].unique().to_list() == [T]
+
+
+def test_path_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        read_metrics_path(tmp_path / "missing", deployment="d")
+    with pytest.raises(InputError, match="no metrics snapshots"):
+        read_metrics_path(tmp_path, deployment="d")
+    bad = tmp_path / "20261129T100000Z.prom"
+    bad.write_text("vllm:num_requests_running 1\nvllm:broken{ 2\n")
+    with pytest.raises(InputError) as caught:
+        read_metrics_path(tmp_path, deployment="d")
+    assert caught.value.path == str(bad) and caught.value.line == 2
+    bad.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(InputError, match="not UTF-8"):
+        read_metrics_path(bad, deployment="d")
