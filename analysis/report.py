@@ -65,6 +65,8 @@ class Window:
     idle: bool
     over_capacity: bool
     latency: dict[str, LatencyStats] = field(default_factory=dict)
+    # Stats records plus /metrics scrapes in the window; 0 means no server-side data at all.
+    samples: int = 0
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,13 @@ class Preemptions:
     exact: bool
     evidence: PreemptionSource
     warning_lines: int = 0  # V0 warning lines seen (each stands for up to 50 preemptions)
+    # Windows with a count / with preemptions (> 0, cache resets excluded).
+    windows_counted: int = 0
+    windows_with_preemption: int = 0
+    # Largest cumulative counter seen (V0 warning or /metrics), summed over restarts: counts
+    # preemptions since the engine started, including any before the data began.
+    since_start: int | None = None
+    cache_reset_preemptions: int = 0  # of `total`, in bursts judged to be cache resets
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,11 @@ class Capacity:
     scheduling_policy: str | None = None
     vllm_version: str | None = None
     model: str | None = None
+    gpu_memory_total_gib: float | None = None  # per GPU, from the memory-profiling lines
+    max_model_len: int | None = None
+    # Observed load, for sizing: mean prompt + output tokens per request, peak running requests.
+    mean_tokens_per_request: float | None = None
+    peak_running: int | None = None
 
 
 @dataclass(frozen=True)

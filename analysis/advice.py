@@ -1,0 +1,200 @@
+"""Ranked advice with numbers derived from the data, in the order vLLM's docs rank the remedies.
+
+vLLM's optimization guide, for preemption: (1) increase gpu_memory_utilization, (2) decrease
+max_num_seqs or max_num_batched_tokens, (3) increase tensor_parallel_size, then
+pipeline_parallel_size. Each suggestion only ever moves a flag in that direction (never the
+inverted advice some runbooks give), and is left out when the data shows it cannot help.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from preemptscope.analysis.correlation import preemption_signal
+from preemptscope.analysis.report import Advice, Capacity, Verdict, Window
+
+# vLLM's default gpu_memory_utilization; the ceiling we suggest leaves room for CUDA graphs,
+# NCCL buffers and anything else sharing the GPU.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+MAX_SUGGESTED_UTILIZATION = 0.95
+UTILIZATION_STEP = 0.10
+MIN_BATCHED_TOKENS = 2048
+
+
+def onset_running(windows: Sequence[Window]) -> int | None:
+    """The lowest running count seen in a window that preempted: where preemption begins."""
+    values = [
+        w.running_max
+        for w in windows
+        if (preemption_signal(w) or 0) > 0 and not w.forced_preemptions and w.running_max
+    ]
+    return min(values) if values else None
+
+
+def advise(verdict: Verdict, capacity: Capacity, windows: Sequence[Window]) -> list[Advice]:
+    """Ranked remedies for a deployment that is over capacity or at risk; none otherwise."""
+    if verdict.state not in ("over_capacity", "at_risk"):
+        return []
+    items: list[Advice] = []
+    if verdict.problem == "ordering":
+        items.append(
+            Advice(
+                0,
+                "review_request_priorities",
+                None,
+                "priority",
+                None,
+                "Preemption under the priority policy evicts low-priority requests for "
+                "high-priority ones while KV is not persistently full: the tail of the victims "
+                "grows more than the mean. Check which clients send which priorities before "
+                "buying capacity.",
+            )
+        )
+    for make in (_gpu_memory, _max_num_seqs, _max_num_batched_tokens):
+        advice = make(capacity, windows)
+        if advice is not None:
+            items.append(advice)
+    items += [_more_gpus(capacity, "tensor"), _more_gpus(capacity, "pipeline")]
+    return [dataclasses.replace(a, rank=i + 1) for i, a in enumerate(items)]
+
+
+def _bytes_per_token_gib(capacity: Capacity) -> float | None:
+    if capacity.available_kv_memory_gib and capacity.kv_cache_tokens:
+        return capacity.available_kv_memory_gib / capacity.kv_cache_tokens
+    return None
+
+
+def _demand_tokens(capacity: Capacity) -> int | None:
+    """KV tokens the observed peak load needs if every running request reaches its mean length."""
+    if capacity.peak_running and capacity.mean_tokens_per_request:
+        return math.ceil(capacity.peak_running * capacity.mean_tokens_per_request)
+    return None
+
+
+def _gpu_memory(capacity: Capacity, windows: Sequence[Window]) -> Advice | None:
+    logged = capacity.gpu_memory_utilization
+    current = logged if logged is not None else DEFAULT_GPU_MEMORY_UTILIZATION
+    if current >= MAX_SUGGESTED_UTILIZATION:
+        return None
+    target = min(MAX_SUGGESTED_UTILIZATION, round(current + UTILIZATION_STEP, 2))
+    per_token = _bytes_per_token_gib(capacity)
+    total = capacity.gpu_memory_total_gib
+    demand = _demand_tokens(capacity)
+    detail = ""
+    if total and per_token and capacity.kv_cache_tokens:
+        if demand and demand > capacity.kv_cache_tokens:
+            # The utilization at which the observed peak demand would fit (rounded up).
+            needed = current + (demand - capacity.kv_cache_tokens) * per_token / total
+            if needed <= MAX_SUGGESTED_UTILIZATION:
+                target = max(math.ceil(needed * 100) / 100, round(current + 0.01, 2))
+        extra_gib = (target - current) * total
+        extra_tokens = int(extra_gib / per_token)
+        detail = (
+            f" With {total:.1f} GiB per GPU this gives the KV cache {extra_gib:.1f} GiB more: "
+            f"about {extra_tokens:,} tokens (+{extra_tokens / capacity.kv_cache_tokens:.0%} over "
+            f"{capacity.kv_cache_tokens:,})."
+        )
+        if demand:
+            detail += f" The observed peak needs about {demand:,} tokens."
+    assumed = "" if logged is not None else " (not in the log; vLLM's default 0.9 assumed)"
+    return Advice(
+        0,
+        "raise_gpu_memory_utilization",
+        "--gpu-memory-utilization",
+        f"{current:.2f}{assumed}",
+        f"{target:.2f}",
+        "vLLM's first remedy for preemption: more memory for the KV cache." + detail,
+    )
+
+
+def _max_num_seqs(capacity: Capacity, windows: Sequence[Window]) -> Advice | None:
+    peak = capacity.peak_running
+    onset = onset_running(windows)
+    fit = (
+        int(capacity.kv_cache_tokens // capacity.mean_tokens_per_request)
+        if capacity.kv_cache_tokens and capacity.mean_tokens_per_request
+        else None
+    )
+    # Only a cap below the observed peak changes anything.
+    suggested: int | None = None
+    why = ""
+    if fit is not None and fit >= 1 and (peak is None or fit < peak):
+        suggested = fit
+        why = (
+            f"{capacity.kv_cache_tokens:,} KV tokens / {capacity.mean_tokens_per_request:,.0f} "
+            f"tokens per request (mean prompt + output) = {fit} requests fit at once"
+        )
+    elif onset is not None and onset > 1 and (peak is None or onset - 1 < peak):
+        suggested = onset - 1
+        why = f"preemption began with {onset} requests running"
+    if suggested is None:
+        return None
+    current = capacity.max_num_seqs
+    if current is not None and suggested >= current:
+        return None
+    if peak is not None:
+        why += f" (peak running {peak})"
+    return Advice(
+        0,
+        "lower_max_num_seqs",
+        "--max-num-seqs",
+        str(current) if current is not None else None,
+        str(suggested),
+        f"Fewer requests at once so they fit in the KV cache: {why}. Requests queue a little "
+        "longer (TTFT) instead of being evicted and recomputed (tail latency).",
+    )
+
+
+def _max_num_batched_tokens(capacity: Capacity, windows: Sequence[Window]) -> Advice | None:
+    current = capacity.max_num_batched_tokens
+    if current is not None and current <= MIN_BATCHED_TOKENS:
+        return None
+    suggested = max(MIN_BATCHED_TOKENS, current // 2) if current is not None else None
+    return Advice(
+        0,
+        "lower_max_num_batched_tokens",
+        "--max-num-batched-tokens",
+        str(current) if current is not None else None,
+        str(suggested) if suggested is not None else None,
+        "A smaller token budget per step admits new prompts (prefill chunks) more slowly, so "
+        "running requests keep their KV blocks."
+        + ("" if current is not None else " Its current value is not in the log."),
+    )
+
+
+def _gain_with_more_gpus(capacity: Capacity, factor: int) -> str:
+    """KV tokens per replica when weights and KV heads are split over `factor` x the GPUs."""
+    kv = capacity.available_kv_memory_gib
+    weights = capacity.model_weights_gib
+    if not kv or weights is None or not capacity.kv_cache_tokens or kv <= 0:
+        return ""
+    # Per GPU: weights shrink by (1 - 1/factor); each token's KV is split factor ways.
+    new_kv = kv + weights * (1 - 1 / factor)
+    ratio = factor * new_kv / kv
+    return (
+        f" With {weights:.1f} GiB of weights and {kv:.1f} GiB of KV per GPU now, about "
+        f"{ratio:.1f}x the KV tokens ({int(capacity.kv_cache_tokens * ratio):,})."
+    )
+
+
+def _more_gpus(capacity: Capacity, kind: str) -> Advice:
+    """Double tensor (kind="tensor") or pipeline (kind="pipeline") parallelism."""
+    logged = getattr(capacity, f"{kind}_parallel_size")
+    current = logged or 1
+    assumed = "" if logged is not None else " (not in the log; 1 assumed)"
+    why = {
+        "tensor": "Shard the model over more GPUs: each GPU holds less of the weights and of "
+        "every token's KV.",
+        "pipeline": "When tensor parallelism is not possible (interconnect, head count): split "
+        "the layers over more GPUs, at some per-step latency.",
+    }[kind]
+    return Advice(
+        0,
+        f"raise_{kind}_parallel_size",
+        f"--{kind}-parallel-size",
+        f"{current}{assumed}",
+        str(current * 2),
+        why + _gain_with_more_gpus(capacity, 2),
+    )

@@ -1,0 +1,358 @@
+"""The analyzer's entry point: frames of one or more deployments in, a typed Report out.
+
+Pure: no file, socket or clock. The batch report, the exporter (on sliding windows) and the
+demo all call `analyze` / `analyze_deployment`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import polars as pl
+from preemptscope.analysis import latency
+from preemptscope.analysis.advice import advise
+from preemptscope.analysis.correlation import correlate, episodes
+from preemptscope.analysis.params import AnalysisParams
+from preemptscope.analysis.report import (
+    Capacity,
+    DeploymentReport,
+    LatencyStats,
+    Preemptions,
+    PreemptionSource,
+    Report,
+    SourceSummary,
+    Window,
+)
+from preemptscope.analysis.verdict import decide
+from preemptscope.analysis.windows import (
+    V0Counter,
+    build_window_table,
+    data_windows,
+    window_start,
+)
+from preemptscope.ingest.schema import LogFrames, empty
+
+__all__ = [
+    "AnalysisParams",
+    "DeploymentInputs",
+    "analyze",
+    "analyze_deployment",
+    "capacity_facts",
+]
+
+# Latency kinds read from client/per-request samples and from server histograms.
+SAMPLE_KINDS: tuple[Literal["e2e", "ttft", "tpot"], ...] = ("e2e", "ttft", "tpot")
+HISTOGRAM_KINDS = ("e2e", "ttft", "itl", "tpot", "queue")
+SOURCE_RANK: tuple[PreemptionSource, ...] = (
+    "metrics_counter",
+    "v1_stats_field",
+    "v0_warning_counter",
+    "inferred",
+    "none",
+)
+
+
+@dataclass
+class DeploymentInputs:
+    """Everything known about one deployment: its logs, /metrics samples and client latencies."""
+
+    name: str
+    logs: list[LogFrames] = field(default_factory=list)
+    metrics: pl.DataFrame | None = None  # METRIC_SAMPLES
+    latencies: pl.DataFrame | None = None  # REQUEST_LATENCIES
+    sources: list[SourceSummary] = field(default_factory=list)
+
+
+def analyze(inputs: Sequence[DeploymentInputs], params: AnalysisParams | None = None) -> Report:
+    """Analyze every deployment; the report's sources are those of all inputs, in order."""
+    p = params if params is not None else AnalysisParams()
+    return Report(
+        deployments=[analyze_deployment(item, p) for item in inputs],
+        sources=[source for item in inputs for source in item.sources],
+        parameters=p.to_dict(),
+    )
+
+
+def _frames(logs: Iterable[LogFrames], kind: str) -> pl.DataFrame:
+    parts = [lf[kind] for lf in logs if kind in lf.frames and not lf[kind].is_empty()]
+    return pl.concat(parts, how="vertical_relaxed") if parts else empty(kind)
+
+
+def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> DeploymentReport:
+    stats = _frames(inputs.logs, "scheduler_stats")
+    warnings = _frames(inputs.logs, "preemption_warning")
+    metrics = inputs.metrics if inputs.metrics is not None and inputs.metrics.height else None
+    lat = inputs.latencies if inputs.latencies is not None and inputs.latencies.height else None
+
+    grid = data_windows(
+        params,
+        (stats, "timestamp"),
+        (warnings, "timestamp"),
+        (metrics, "timestamp"),
+        (lat, "start"),
+    )
+    table, v0 = build_window_table(stats, warnings, metrics, params, grid)
+    latency_by_window = _latency(grid, metrics, lat, params)
+    windows = [
+        Window(
+            start=row["start"],
+            end=row["end"],
+            preemptions=row["preemptions"],
+            preemption_quality=row["preemption_quality"],
+            preemption_source=row["preemption_source"],
+            likely_preempting=row["likely_preempting"],
+            forced_preemptions=row["forced_preemptions"],
+            kv_usage_max=row["kv_usage_max"],
+            kv_usage_mean=row["kv_usage_mean"],
+            running_mean=row["running_mean"],
+            running_max=row["running_max"],
+            waiting_mean=row["waiting_mean"],
+            waiting_max=row["waiting_max"],
+            waiting_for_capacity_max=row["waiting_for_capacity_max"],
+            prompt_throughput=row["prompt_throughput"],
+            generation_throughput=row["generation_throughput"],
+            idle=row["idle"],
+            over_capacity=row["over_capacity"],
+            latency=latency_by_window[i],
+            samples=row["samples"],
+        )
+        for i, row in enumerate(table.iter_rows(named=True))
+    ]
+    now = params.now or _last_timestamp(stats, warnings, metrics, lat)
+    preemptions = _preemption_summary(windows, v0, metrics)
+    capacity = capacity_facts(inputs.logs, metrics, lat, windows)
+    found = episodes(windows, params)
+    correlation = correlate(windows, params)
+    verdict = decide(windows, found, correlation, preemptions, capacity, params, now)
+    return DeploymentReport(
+        name=inputs.name,
+        verdict=verdict,
+        preemptions=preemptions,
+        capacity=capacity,
+        advice=advise(verdict, capacity, windows),
+        windows=windows,
+        episodes=found,
+        correlation=correlation,
+        sources=_source_paths(inputs),
+    )
+
+
+def _source_paths(inputs: DeploymentInputs) -> list[str]:
+    paths = [s.path for s in inputs.sources] or [lf.source for lf in inputs.logs]
+    return list(dict.fromkeys(paths))
+
+
+def _latency(
+    grid: Sequence[int],
+    metrics: pl.DataFrame | None,
+    lat: pl.DataFrame | None,
+    params: AnalysisParams,
+) -> list[dict[str, LatencyStats]]:
+    """Per window: exact stats from per-request samples, else histogram estimates."""
+    result: list[dict[str, LatencyStats]] = [{} for _ in grid]
+    if not grid:
+        return result
+    bounds = [(window_start(w, params), window_start(w + 1, params)) for w in grid]
+    if lat is not None:
+        for kind in SAMPLE_KINDS:
+            if lat[kind].drop_nulls().is_empty():
+                continue
+            for i, stats in enumerate(latency.samples_windows_stats(lat, kind, bounds)):
+                if stats is not None:
+                    result[i][kind] = stats
+    if metrics is not None:
+        for name in HISTOGRAM_KINDS:
+            for i, stats in enumerate(latency.histogram_windows_stats(metrics, name, bounds)):
+                if stats is not None and name not in result[i]:
+                    result[i][name] = stats
+    return result
+
+
+def _last_timestamp(
+    stats: pl.DataFrame,
+    warnings: pl.DataFrame,
+    metrics: pl.DataFrame | None,
+    lat: pl.DataFrame | None,
+) -> datetime | None:
+    found: list[datetime] = []
+    for frame, column in ((stats, "timestamp"), (warnings, "timestamp"), (metrics, "timestamp")):
+        if frame is not None and frame.height:
+            value = frame[column].max()
+            if isinstance(value, datetime):
+                found.append(value)
+    if lat is not None:
+        value = lat["start"].max()
+        if isinstance(value, datetime):
+            found.append(value)
+    return max(found) if found else None
+
+
+def _preemption_summary(
+    windows: Sequence[Window], v0: V0Counter, metrics: pl.DataFrame | None
+) -> Preemptions:
+    counted = [w for w in windows if w.preemptions is not None]
+    total: int | None = sum(w.preemptions or 0 for w in counted) if counted else None
+    if v0.unplaced:
+        total = (total or 0) + v0.unplaced
+    sources = {w.preemption_source for w in windows}
+    if v0.warning_lines:
+        sources.add("v0_warning_counter")
+    best: PreemptionSource = next(s for s in SOURCE_RANK if s in sources or s == "none")
+    exact = bool(counted) and all(w.preemption_quality == "exact" for w in counted)
+    since = v0.since_start
+    lifetime = _counter_lifetime(metrics)
+    if lifetime is not None:
+        since = max(since or 0, lifetime)
+    return Preemptions(
+        total=total,
+        exact=exact and not v0.unplaced,
+        evidence=best,
+        warning_lines=v0.warning_lines,
+        windows_counted=len(counted),
+        windows_with_preemption=sum(
+            1 for w in counted if (w.preemptions or 0) > 0 and not w.forced_preemptions
+        ),
+        since_start=since,
+        cache_reset_preemptions=sum(w.preemptions or 0 for w in counted if w.forced_preemptions),
+    )
+
+
+def _counter_lifetime(metrics: pl.DataFrame | None) -> int | None:
+    """num_preemptions at the last scrape, summed over series: since each engine started."""
+    if metrics is None:
+        return None
+    values = metrics.filter((pl.col("metric") == "num_preemptions") & (pl.col("sample") == "value"))
+    if values.is_empty():
+        return None
+    last = values.filter(pl.col("timestamp") == pl.col("timestamp").max())
+    return round(float(last["value"].sum()))
+
+
+# -------------------------------------------------------------------------------------------
+# Capacity facts: startup KV lines, engine config, cache_config_info, observed load
+
+_INT_KEYS = {
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "block_size",
+    "max_model_len",
+}
+
+
+def _clean(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip().strip("'\"")
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            items = json.loads(text.replace("'", '"'))
+            text = str(items[0]) if items else ""
+        except (ValueError, IndexError):
+            pass
+    return None if text in ("", "None", "null") else text
+
+
+def _as_int(value: Any) -> int | None:
+    text = _clean(value)
+    try:
+        return int(float(text.replace(",", ""))) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _as_float(value: Any) -> float | None:
+    text = _clean(value)
+    try:
+        number = float(text.replace(",", "")) if text is not None else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def capacity_facts(
+    logs: Sequence[LogFrames],
+    metrics: pl.DataFrame | None,
+    latencies: pl.DataFrame | None,
+    windows: Sequence[Window],
+) -> Capacity:
+    """What the deployment had (KV blocks/tokens, memory, flags) and what the load needed."""
+    config: dict[str, str] = {}
+    for labels in latency.info_labels(metrics) if metrics is not None else []:
+        for key, value in labels.items():
+            if (clean := _clean(value)) is not None:
+                config.setdefault(key, clean)
+    conf = _frames(logs, "config")
+    for key, value in conf.select("key", "value").iter_rows():
+        if (clean := _clean(value)) is not None:
+            config[key] = clean  # later lines win: the last start of the engine
+    kv: dict[str, tuple[float, int | None]] = {}
+    kv_frame = _frames(logs, "kv_capacity").filter(pl.col("value").is_not_null())
+    for kind, value, context in kv_frame.select("kind", "value", "context_tokens").iter_rows():
+        kv[kind] = (float(value), context)
+    versions = [lf.vllm_version for lf in logs if lf.vllm_version]
+
+    def kv_value(kind: str) -> float | None:
+        return kv[kind][0] if kind in kv else None
+
+    tokens = kv_value("kv_cache_tokens") or _as_float(config.get("kv_cache_size_tokens"))
+    blocks = kv_value("gpu_blocks") or _as_float(config.get("num_gpu_blocks"))
+    block_size = _as_int(config.get("block_size"))
+    if tokens is None and blocks is not None and block_size:
+        tokens = blocks * block_size
+    context = kv["max_concurrency"][1] if "max_concurrency" in kv else None
+    concurrency = kv_value("max_concurrency") or _as_float(config.get("kv_cache_max_concurrency"))
+    running = [w.running_max for w in windows if w.running_max is not None]
+    return Capacity(
+        num_gpu_blocks=round(blocks) if blocks is not None else None,
+        block_size=block_size,
+        kv_cache_tokens=round(tokens) if tokens is not None else None,
+        max_concurrency=concurrency,
+        max_concurrency_context_tokens=kv["max_concurrency"][1]
+        if "max_concurrency" in kv
+        else None,
+        available_kv_memory_gib=kv_value("available_kv_memory") or kv_value("memory_for_kv"),
+        model_weights_gib=kv_value("model_weights"),
+        gpu_memory_utilization=_as_float(config.get("gpu_memory_utilization")),
+        max_num_seqs=_as_int(config.get("max_num_seqs")),
+        max_num_batched_tokens=_as_int(config.get("max_num_batched_tokens")),
+        tensor_parallel_size=_as_int(config.get("tensor_parallel_size")),
+        pipeline_parallel_size=_as_int(config.get("pipeline_parallel_size")),
+        scheduling_policy=_clean(config.get("scheduling_policy")),
+        vllm_version=versions[-1] if versions else _clean(config.get("vllm_version")),
+        model=_clean(config.get("served_model_name") or config.get("model")),
+        gpu_memory_total_gib=kv_value("memory_total"),
+        max_model_len=_as_int(config.get("max_model_len")),
+        mean_tokens_per_request=_mean_tokens(latencies, metrics),
+        peak_running=max(running) if running else None,
+    )
+
+
+def _mean_tokens(latencies: pl.DataFrame | None, metrics: pl.DataFrame | None) -> float | None:
+    """Mean prompt + output tokens per request: client rows first, else vLLM's histograms."""
+    if latencies is not None:
+        both = latencies.filter(
+            pl.col("prompt_tokens").is_not_null() & pl.col("output_tokens").is_not_null()
+        )
+        if both.height:
+            return float((both["prompt_tokens"] + both["output_tokens"]).mean())  # type: ignore[arg-type]
+    if metrics is None:
+        return None
+    total = 0.0
+    for name in ("request_prompt_tokens", "request_generation_tokens"):
+        rows = metrics.filter((pl.col("metric") == name) & pl.col("sample").is_in(["sum", "count"]))
+        if rows.is_empty():
+            return None
+        last = rows.filter(pl.col("timestamp") == pl.col("timestamp").max())
+        sums = last.filter(pl.col("sample") == "sum")["value"].sum()
+        counts = last.filter(pl.col("sample") == "count")["value"].sum()
+        if not counts:
+            return None
+        total += float(sums) / float(counts)
+    return total

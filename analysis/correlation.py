@@ -1,0 +1,171 @@
+"""Preemption vs tail latency across windows, and over-capacity episodes."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from preemptscope.analysis.params import AnalysisParams
+from preemptscope.analysis.report import Correlation, Episode, LatencyMetric, Window
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing their average rank (as Spearman's rho requires)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    result = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        average = (i + j) / 2 + 1
+        for k in range(i, j + 1):
+            result[order[k]] = average
+        i = j + 1
+    return result
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson's r, or None when undefined (fewer than 3 points or a constant series)."""
+    if len(x) != len(y):
+        raise ValueError("series of different lengths")
+    n = len(x)
+    if n < 3:
+        return None
+    mx, my = sum(x) / n, sum(y) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    sxx = sum((a - mx) ** 2 for a in x)
+    syy = sum((b - my) ** 2 for b in y)
+    if sxx == 0 or syy == 0:
+        return None
+    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rank correlation: Pearson's r of the (tie-averaged) ranks."""
+    return pearson(ranks(x), ranks(y))
+
+
+def preemption_signal(window: Window) -> float | None:
+    """Preemptions per window as a number; an inferred window counts 1, no evidence None."""
+    if window.forced_preemptions:
+        return 0.0  # a cache reset says nothing about capacity
+    if window.preemptions is not None:
+        return float(window.preemptions)
+    if window.likely_preempting:
+        return 1.0
+    return None
+
+
+def pick_latency_metric(windows: Sequence[Window], params: AnalysisParams) -> LatencyMetric | None:
+    """The preferred latency metric with a p99/mean in the most windows."""
+    best: tuple[int, int, str] | None = None
+    for rank, name in enumerate(params.latency_preference):
+        n = sum(1 for w in windows if _tail(w, name) is not None)
+        if n and (best is None or (n, -rank) > (best[0], -best[1])):
+            best = (n, rank, name)
+    if best is None:
+        return None
+    metric: LatencyMetric = best[2]  # type: ignore[assignment]
+    return metric
+
+
+def _tail(window: Window, metric: str) -> float | None:
+    stats = window.latency.get(metric)
+    return stats.p99_over_mean if stats is not None else None
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def correlate(windows: Sequence[Window], params: AnalysisParams) -> Correlation:
+    """p99/mean (and p99) in windows with vs without preemption, rank correlation, best lag."""
+    metric = pick_latency_metric(windows, params)
+    active = [w for w in windows if not w.idle and w.samples > 0]
+    with_p = [w for w in active if (preemption_signal(w) or 0) > 0]
+    without = [w for w in active if preemption_signal(w) == 0]
+    if metric is None:
+        return Correlation(
+            None, len(with_p), len(without), None, None, None, None, None, None, None
+        )
+
+    def collect(group: list[Window], field: str) -> list[float]:
+        out = []
+        for w in group:
+            stats = w.latency.get(metric)
+            value = getattr(stats, field) if stats is not None else None
+            if value is not None and math.isfinite(value):
+                out.append(float(value))
+        return out
+
+    rho_by_lag: dict[int, float] = {}
+    signal = [preemption_signal(w) for w in windows]
+    tail = [_tail(w, metric) for w in windows]
+    for lag in range(0, params.max_lag_windows + 1):
+        pairs = [
+            (s, t)
+            for s, t in zip(signal[: len(signal) - lag], tail[lag:], strict=True)
+            if s is not None and t is not None
+        ]
+        rho = spearman([a for a, _ in pairs], [b for _, b in pairs])
+        if rho is not None:
+            rho_by_lag[lag] = rho
+    best_lag = max(rho_by_lag, key=lambda k: (abs(rho_by_lag[k]), -k)) if rho_by_lag else None
+    return Correlation(
+        metric=metric,
+        windows_with_preemption=len(with_p),
+        windows_without_preemption=len(without),
+        p99_over_mean_with=_median(collect(with_p, "p99_over_mean")),
+        p99_over_mean_without=_median(collect(without, "p99_over_mean")),
+        p99_with=_median(collect(with_p, "p99")),
+        p99_without=_median(collect(without, "p99")),
+        spearman_rho=rho_by_lag.get(0),
+        best_lag_windows=best_lag,
+        best_lag_rho=rho_by_lag[best_lag] if best_lag is not None else None,
+    )
+
+
+def episodes(windows: Sequence[Window], params: AnalysisParams) -> list[Episode]:
+    """Contiguous runs of over-capacity windows, bridging gaps of up to episode_gap_windows."""
+    runs: list[list[Window]] = []
+    current: list[Window] = []
+    gap = 0
+    for w in windows:
+        if w.over_capacity:
+            current.append(w)
+            gap = 0
+        elif current:
+            gap += 1
+            if gap > params.episode_gap_windows:
+                runs.append(current)
+                current, gap = [], 0
+    if current:
+        runs.append(current)
+    return [_episode(run, params) for run in runs]
+
+
+def _episode(run: list[Window], params: AnalysisParams) -> Episode:
+    counts = [w.preemptions for w in run if w.preemptions is not None]
+    kv = [w.kv_usage_max for w in run if w.kv_usage_max is not None]
+    waiting = [w.waiting_max for w in run if w.waiting_max is not None]
+    tails = []
+    for w in run:
+        for name in params.latency_preference:
+            if (t := _tail(w, name)) is not None:
+                tails.append(t)
+                break
+    return Episode(
+        start=run[0].start,
+        end=run[-1].end,
+        windows=len(run),
+        preemptions=sum(counts) if counts else None,
+        peak_kv_usage=max(kv) if kv else None,
+        peak_waiting=max(waiting) if waiting else None,
+        peak_p99_over_mean=max(tails) if tails else None,
+    )
+
+
+def episode_duration_s(episode: Episode) -> float:
+    return (episode.end - episode.start).total_seconds()

@@ -1,0 +1,60 @@
+"""Thresholds of the analysis, in one place (documented in docs/report.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AnalysisParams:
+    """Every number the verdict depends on. Defaults follow vLLM's own dashboards."""
+
+    window_s: float = 60.0
+    # "now" for recency rules; None means the last timestamp in the data (the analysis never
+    # reads a clock, so the same inputs always give the same report).
+    now: datetime | None = None
+    # vLLM's dashboards colour KV usage orange at 0.9 and red at 0.98.
+    kv_saturated: float = 0.98
+    kv_high: float = 0.90
+    # A preemption burst is a cache reset (not capacity) when KV stays below this and the burst
+    # preempts at least reset_fraction of the running requests at once.
+    reset_kv_below: float = 0.5
+    reset_fraction: float = 0.8
+    # An over-capacity episode must last this long (isolated windows are "at risk", not "over").
+    min_episode_s: float = 120.0
+    # Non-over-capacity windows tolerated inside one episode (a 10-s stats line can miss a beat).
+    episode_gap_windows: int = 1
+    # An episode that ended more than this before `now` is history: "at risk", not "over capacity".
+    stale_after_s: float = 3600.0
+    # Fewer stats records / scrapes than this (and no counted preemption): insufficient data.
+    min_samples: int = 3
+    # Share of active windows with KV >= kv_high that makes a deployment "at risk".
+    at_risk_kv_fraction: float = 0.25
+    # Largest lag (in windows) tried when looking for the lag of strongest correlation.
+    max_lag_windows: int = 5
+    # Preferred latency metric for the correlation, first available wins.
+    latency_preference: tuple[str, ...] = ("e2e", "itl", "tpot", "ttft")
+
+    def __post_init__(self) -> None:
+        if not self.window_s > 0:
+            raise ValueError(f"window_s must be > 0, got {self.window_s}")
+        if not 0 < self.kv_high <= self.kv_saturated <= 1:
+            raise ValueError("thresholds must satisfy 0 < kv_high <= kv_saturated <= 1")
+
+    @property
+    def window_us(self) -> int:
+        return max(1, round(self.window_s * 1_000_000))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out

@@ -1,0 +1,318 @@
+"""The verdict: ok / at_risk / over_capacity / insufficient_data, with the numbers behind it.
+
+Rules (thresholds in AnalysisParams, documented in docs/report.md):
+- over_capacity: an over-capacity episode lasting >= min_episode_s that ended within
+  stale_after_s of `now`. A window is over capacity when it preempts (counted or inferred,
+  cache-reset bursts excluded) or queues with the KV cache full.
+- at_risk: over-capacity windows that do not make a current sustained episode (a short burst,
+  or an episode long before now), or KV >= kv_high in at_risk_kv_fraction of active windows.
+  A single old isolated over-capacity window is reported but does not make the deployment at risk.
+- insufficient_data: fewer than min_samples stats records / scrapes and no counted preemption.
+- ok otherwise (idle periods and cache-reset bursts never count against a deployment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal
+
+from preemptscope.analysis.correlation import episode_duration_s, preemption_signal
+from preemptscope.analysis.params import AnalysisParams
+from preemptscope.analysis.report import (
+    Capacity,
+    Correlation,
+    Episode,
+    Evidence,
+    Preemptions,
+    Verdict,
+    VerdictState,
+    Window,
+)
+
+QUALITY_WORDS = {
+    "exact": "exact",
+    "lower_bound": "lower bound",
+    "inferred": "inferred",
+    "none": "no count",
+}
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:.0f} %"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _hhmm(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def decide(
+    windows: Sequence[Window],
+    episodes: Sequence[Episode],
+    correlation: Correlation,
+    preemptions: Preemptions,
+    capacity: Capacity,
+    params: AnalysisParams,
+    now: datetime | None,
+) -> Verdict:
+    samples = sum(w.samples for w in windows)
+    data = [w for w in windows if w.samples > 0 or w.latency]
+    active = [w for w in data if not w.idle]
+    counted = (preemptions.total or 0) > 0 or (preemptions.since_start or 0) > 0
+    evidence: list[Evidence] = []
+
+    if samples < params.min_samples and not counted:
+        evidence.append(
+            Evidence(
+                "samples",
+                f"only {samples} stats record(s) / scrape(s); at least {params.min_samples} "
+                "are needed to judge",
+                float(samples),
+            )
+        )
+        return Verdict("insufficient_data", evidence, "unknown")
+
+    evidence += _preemption_evidence(windows, active, preemptions)
+    evidence += _queue_evidence(active, params)
+    evidence += _latency_evidence(correlation)
+    if len(data) > len(active):
+        evidence.append(
+            Evidence(
+                "idle",
+                f"{len(data) - len(active)} of {len(data)} windows idle (not judged)",
+                float(len(data) - len(active)),
+            )
+        )
+
+    sustained = [e for e in episodes if episode_duration_s(e) >= params.min_episode_s]
+    current = [
+        e for e in sustained if now is None or (now - e.end).total_seconds() <= params.stale_after_s
+    ]
+    over = [w for w in windows if w.over_capacity]
+    recent_over = [
+        w for w in over if now is None or (now - w.end).total_seconds() <= params.stale_after_s
+    ]
+    if episodes:
+        longest = max(episodes, key=episode_duration_s)
+        evidence.append(
+            Evidence(
+                "episodes",
+                f"{len(episodes)} over-capacity episode(s) covering {len(over)} window(s); "
+                f"longest {_duration(episode_duration_s(longest))} from {_hhmm(longest.start)} "
+                f"to {_hhmm(longest.end)}",
+                float(len(episodes)),
+            )
+        )
+    if over and now is not None:
+        age = (now - over[-1].end).total_seconds()
+        evidence.append(
+            Evidence(
+                "last_over_capacity",
+                f"last over-capacity window ended {_duration(max(age, 0.0))} before the end of "
+                f"the data ({_hhmm(now)})",
+                max(age, 0.0),
+            )
+        )
+
+    kv_high_fraction = (
+        sum(1 for w in active if (w.kv_usage_max or 0) >= params.kv_high) / len(active)
+        if active
+        else 0.0
+    )
+    state: VerdictState
+    if current:
+        state = "over_capacity"
+    elif sustained or recent_over or kv_high_fraction >= params.at_risk_kv_fraction:
+        state = "at_risk"
+    elif not data and counted:
+        # Preemptions were counted but nothing tells when (warnings without timestamps).
+        state = "at_risk"
+    else:
+        state = "ok"
+    if state == "ok" and over:
+        evidence.append(
+            Evidence(
+                "isolated_history",
+                f"{len(over)} isolated over-capacity window(s), the last at "
+                f"{_hhmm(over[-1].start)}, more than {_duration(params.stale_after_s)} before "
+                "the end of the data and not sustained: not over capacity now",
+                float(len(over)),
+            )
+        )
+    return Verdict(state, evidence, _problem(state, windows, correlation, capacity, params))
+
+
+def _preemption_evidence(
+    windows: Sequence[Window], active: Sequence[Window], preemptions: Preemptions
+) -> list[Evidence]:
+    out: list[Evidence] = []
+    with_p = [w for w in windows if (preemption_signal(w) or 0) > 0 and not w.likely_preempting]
+    if preemptions.total is not None:
+        quality = "exact" if preemptions.exact else "lower bound"
+        source = preemptions.evidence.replace("_", " ")
+        out.append(
+            Evidence(
+                "preemptions",
+                f"{preemptions.total} preemptions ({quality}, from {source}) in {len(with_p)} of "
+                f"{len(active)} active windows",
+                float(preemptions.total),
+            )
+        )
+    inferred = [w for w in windows if w.likely_preempting]
+    if inferred:
+        out.append(
+            Evidence(
+                "likely_preempting",
+                f"{len(inferred)} window(s) likely preempting (inferred, not a count: KV full, "
+                "requests waiting, running dropping)",
+                float(len(inferred)),
+            )
+        )
+    resets = [w for w in windows if w.forced_preemptions]
+    if resets:
+        out.append(
+            Evidence(
+                "cache_reset",
+                f"{preemptions.cache_reset_preemptions} preemptions in {len(resets)} window(s) "
+                "look like cache resets (every running request preempted at once with KV low): "
+                "not counted as over capacity",
+                float(preemptions.cache_reset_preemptions),
+            )
+        )
+    if preemptions.since_start is not None and preemptions.since_start != preemptions.total:
+        out.append(
+            Evidence(
+                "counter_since_start",
+                f"cumulative counter reached {preemptions.since_start} (since engine start, "
+                "including preemptions before or between the data)",
+                float(preemptions.since_start),
+            )
+        )
+    return out
+
+
+def _queue_evidence(active: Sequence[Window], params: AnalysisParams) -> list[Evidence]:
+    if not active:
+        return []
+    out: list[Evidence] = []
+    kv_known = [w for w in active if w.kv_usage_max is not None]
+    if kv_known:
+        saturated = sum(1 for w in kv_known if (w.kv_usage_max or 0) >= params.kv_saturated)
+        peak = max(w.kv_usage_max or 0 for w in kv_known)
+        out.append(
+            Evidence(
+                "kv_saturated",
+                f"KV cache >= {_pct(params.kv_saturated)} in {saturated} of {len(kv_known)} active "
+                f"windows ({_pct(saturated / len(kv_known))}); peak {_pct(peak)}",
+                saturated / len(kv_known),
+            )
+        )
+    waiting_known = [w for w in active if w.waiting_max is not None]
+    if waiting_known:
+        queued = sum(1 for w in waiting_known if (w.waiting_max or 0) > 0)
+        peak_wait = max(w.waiting_max or 0 for w in waiting_known)
+        out.append(
+            Evidence(
+                "waiting",
+                f"requests waiting in {queued} of {len(waiting_known)} active windows "
+                f"({_pct(queued / len(waiting_known))}); peak {peak_wait}",
+                queued / len(waiting_known),
+            )
+        )
+    capacity_known = [w for w in active if w.waiting_for_capacity_max is not None]
+    if capacity_known:
+        peak_cap = max(w.waiting_for_capacity_max or 0 for w in capacity_known)
+        out.append(
+            Evidence(
+                "waiting_for_capacity",
+                f"peak {peak_cap} request(s) waiting for KV capacity "
+                "(num_requests_waiting_by_reason{reason=capacity})",
+                float(peak_cap),
+            )
+        )
+    return out
+
+
+def _latency_evidence(c: Correlation) -> list[Evidence]:
+    out: list[Evidence] = []
+    if c.metric is None:
+        return out
+    if c.p99_over_mean_with is not None and c.p99_over_mean_without is not None:
+        out.append(
+            Evidence(
+                "p99_over_mean",
+                f"{c.metric} p99/mean {c.p99_over_mean_with:.1f} in windows with preemption vs "
+                f"{c.p99_over_mean_without:.1f} in quiet windows (medians)",
+                c.p99_over_mean_with,
+            )
+        )
+    elif c.p99_over_mean_with is not None:
+        out.append(
+            Evidence(
+                "p99_over_mean",
+                f"{c.metric} p99/mean {c.p99_over_mean_with:.1f} in windows with preemption "
+                "(no quiet window to compare)",
+                c.p99_over_mean_with,
+            )
+        )
+    if c.spearman_rho is not None:
+        lag = ""
+        if c.best_lag_windows and c.best_lag_rho is not None:
+            lag = f"; strongest {c.best_lag_rho:+.2f} at a lag of {c.best_lag_windows} window(s)"
+        out.append(
+            Evidence(
+                "spearman_rho",
+                f"rank correlation of preemptions with {c.metric} p99/mean: "
+                f"{c.spearman_rho:+.2f}{lag}",
+                c.spearman_rho,
+            )
+        )
+    return out
+
+
+def _problem(
+    state: VerdictState,
+    windows: Sequence[Window],
+    correlation: Correlation,
+    capacity: Capacity,
+    params: AnalysisParams,
+) -> Literal["capacity", "ordering", "none", "unknown"]:
+    """Capacity (too little KV: everyone loses) vs ordering (priority moves the loss).
+
+    Under the priority policy a preemption evicts a low-priority request for a high-priority
+    one: the mean barely moves while the victims' tail grows, and KV is not persistently full.
+    """
+    if state == "ok":
+        return "none"
+    if state == "insufficient_data":
+        return "unknown"
+    if (capacity.scheduling_policy or "").lower() != "priority":
+        return "capacity"
+    preempting = [w for w in windows if (preemption_signal(w) or 0) > 0]
+    saturated = [w for w in preempting if (w.kv_usage_max or 0) >= params.kv_saturated]
+    mostly_full = bool(preempting) and len(saturated) / len(preempting) >= 0.5
+    mean_ratio = _mean_ratio(correlation)
+    if preempting and not mostly_full and (mean_ratio is None or mean_ratio <= 1.25):
+        return "ordering"
+    return "capacity"
+
+
+def _mean_ratio(c: Correlation) -> float | None:
+    """Mean latency with preemption over without (from the medians of p99 and p99/mean)."""
+    if None in (c.p99_with, c.p99_without, c.p99_over_mean_with, c.p99_over_mean_without):
+        return None
+    assert c.p99_with is not None and c.p99_over_mean_with is not None
+    assert c.p99_without is not None and c.p99_over_mean_without is not None
+    if c.p99_over_mean_with == 0 or c.p99_over_mean_without == 0 or c.p99_without == 0:
+        return None
+    mean_with = c.p99_with / c.p99_over_mean_with
+    mean_without = c.p99_without / c.p99_over_mean_without
+    return mean_with / mean_without if mean_without > 0 else None
