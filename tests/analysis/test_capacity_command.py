@@ -1,0 +1,121 @@
+"""`preemptscope capacity` cross-checked against real vLLM startup lines (shared corpus)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from preemptscope.cli import main
+
+MODELS = Path(__file__).parent.parent / "fixtures" / "models"
+LLAMA3_8B = str(MODELS / "llama-3-8b" / "config.json")
+QWEN3_1_7B = str(MODELS / "qwen3-1.7b" / "config.json")
+
+
+def capacity_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, float]:
+    assert main(["capacity", "--json", *args]) == 0
+    result: dict[str, float] = json.loads(capsys.readouterr().out)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("peak_torch", "kv_gib", "blocks", "context", "concurrency"),
+    [
+        # corpus 020 (v0.6.4, 8B Llama on a 23.58 GiB GPU), two runs:
+        # "Loading model weights took 14.9888 GB", "Memory profiling results:
+        # total_gpu_memory=23.58GiB ... peak_torch_memory=17.06GiB ... non_torch_memory=0.35GiB
+        # kv_cache_size=3.81GiB gpu_memory_utilization=0.90", "GPU blocks: 1952",
+        # "Maximum concurrency for 20000 tokens per request: 1.56x"
+        (17.06, 3.81, 1952, 20000, 1.56),
+        # ... peak_torch_memory=17.98GiB ... kv_cache_size=2.89GiB, "# GPU blocks: 1478",
+        # "Maximum concurrency for 29000 tokens per request: 0.82x"
+        (17.98, 2.89, 1478, 29000, 0.82),
+    ],
+)
+def test_llama3_8b_matches_v064_memory_profile(
+    capsys: pytest.CaptureFixture[str],
+    peak_torch: float,
+    kv_gib: float,
+    blocks: int,
+    context: int,
+    concurrency: float,
+) -> None:
+    weights = 14.9888
+    out = capacity_json(
+        capsys,
+        "--config", LLAMA3_8B,
+        "--gpu-memory-gib", "23.58",
+        "--gpu-memory-utilization", "0.90",
+        "--weights-gib", str(weights),
+        "--activation-gib", f"{peak_torch - weights:.4f}",
+        "--non-torch-gib", "0.35",
+        "--context-len", str(context),
+    )  # fmt: skip
+    assert out["bytes_per_token"] == 2 * 32 * 8 * 128 * 2
+    assert out["kv_memory_gib"] == pytest.approx(kv_gib, abs=0.01)
+    # the logged inputs are rounded to 0.01 GiB: allow one block per 0.01 GiB of rounding
+    assert abs(out["num_gpu_blocks"] - blocks) <= 2
+    assert round(out["max_concurrency"], 2) == pytest.approx(concurrency, abs=0.01)
+
+
+def test_qwen3_14b_matches_v011_kv_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    # reference log (v0.10.2/0.11.0): "Available KV cache memory: 6.51 GiB",
+    # "GPU KV cache size: 42,656 tokens", "Maximum concurrency for 32,768 tokens per request: 1.30x"
+    out = capacity_json(
+        capsys, "--model", "qwen3-14b", "--kv-memory-gib", "6.51", "--context-len", "32768"
+    )
+    assert out["kv_cache_tokens"] == 42_656
+    assert round(out["max_concurrency"], 2) == 1.30
+    assert out["kv_cache_tokens"] / 32_768 == pytest.approx(out["max_concurrency"])
+
+
+def test_qwen3_1_7b_matches_v091_kv_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    # corpus 066 (v0.9.1): "Available KV cache memory: 26.91 GiB", "GPU KV cache size: 251,920
+    # tokens", "Maximum concurrency for 40,960 tokens per request: 6.15x", num_gpu_blocks 15745
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--kv-memory-gib", "26.91")
+    assert out["context_len"] == 40_960  # the config's max_position_embeddings
+    assert abs(out["num_gpu_blocks"] - 15_745) <= 1  # 26.91 is rounded to 0.01 GiB
+    assert round(out["max_concurrency"], 2) == 6.15
+
+
+def test_text_output_and_needed_utilization(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["capacity", "--config", LLAMA3_8B, "--gpu", "H100", "--context-len", "8192"]
+    assert main([*args, "--concurrency", "32"]) == 0
+    text = capsys.readouterr().out
+    assert "GPU KV cache size" in text and "Maximum concurrency" in text
+    assert "--gpu-memory-utilization" in text
+    out = capacity_json(capsys, *args[1:], "--concurrency", "32")
+    assert 0 < out["needed_gpu_memory_utilization"] <= 1
+    # the utilization it asks for really gives room for 32 requests
+    again = capacity_json(
+        capsys, *args[1:], "--gpu-memory-utilization", str(out["needed_gpu_memory_utilization"])
+    )
+    assert again["kv_cache_tokens"] >= 32 * 8192
+
+
+def test_tensor_parallel_gives_more_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--config", LLAMA3_8B, "--gpu", "L4", "--context-len", "8192"]
+    one = capacity_json(capsys, *base)
+    two = capacity_json(capsys, *base, "--tp", "2")
+    assert two["kv_cache_tokens"] > 2 * one["kv_cache_tokens"]
+
+
+def test_bad_config_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "config.json"
+    bad.write_text('{"hidden_size": 4096,\n "oops"\n}')
+    assert main(["capacity", "--config", str(bad), "--gpu", "H100"]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "not JSON" in err
+    bad.write_text('{"hidden_size": 4096}')
+    assert main(["capacity", "--config", str(bad), "--gpu", "H100"]) == 2
+    assert "num_hidden_layers" in capsys.readouterr().err
+    missing = tmp_path / "nope.json"
+    assert main(["capacity", "--config", str(missing), "--gpu", "H100"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_gpu_memory_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["capacity", "--config", LLAMA3_8B]) == 2
+    assert "--gpu-memory-gib" in capsys.readouterr().err
