@@ -1,0 +1,199 @@
+"""What the simulated deployment is: scheduler flags, hardware, and the roofline step-time model."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from preemptscope.analysis.kvmodel import (
+    DEFAULT_ACTIVATION_GIB,
+    DEFAULT_NON_TORCH_GIB,
+    GPU_PRESETS,
+    MODEL_PRESETS,
+    GpuSpec,
+    KVCapacity,
+    ModelSpec,
+    kv_bytes_per_token,
+    kv_capacity,
+    weights_gib,
+)
+from preemptscope.errors import ConfigError
+
+Policy = Literal["fcfs", "priority"]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One deployment: vLLM flags (names as vLLM spells them) plus the hardware and cost model."""
+
+    model: ModelSpec = field(default_factory=lambda: MODEL_PRESETS["llama-3.1-8b"])
+    gpu: GpuSpec = field(default_factory=lambda: GPU_PRESETS["A100-80G"])
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 8192
+    block_size: int = 16
+    scheduling_policy: Policy = "fcfs"
+    enable_chunked_prefill: bool = True
+    num_gpu_blocks_override: int | None = None  # vLLM's --num-gpu-blocks-override
+    kv_cache_dtype_bytes: float | None = None  # None: the model dtype (--kv-cache-dtype auto)
+    activation_gib: float = DEFAULT_ACTIVATION_GIB
+    non_torch_gib: float = DEFAULT_NON_TORCH_GIB
+    # Roofline cost model (docs/simulator.md): fraction of peak reached, fixed per-step cost.
+    hbm_efficiency: float = 0.75
+    compute_efficiency: float = 0.5
+    step_overhead_s: float = 0.003
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ConfigError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # vLLM refuses this combination at startup too.
+            raise ConfigError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be greater than "
+                f"or equal to max_num_seqs ({self.max_num_seqs})"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ConfigError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than "
+                f"max_model_len ({self.max_model_len}) without chunked prefill"
+            )
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise ConfigError(
+                f"scheduling_policy must be fcfs or priority, not {self.scheduling_policy!r}"
+            )
+        if not 0 < self.hbm_efficiency <= 1 or not 0 < self.compute_efficiency <= 1:
+            raise ConfigError("hbm_efficiency and compute_efficiency must be in (0, 1]")
+
+    def capacity(self) -> KVCapacity:
+        """KV blocks for this deployment from the shared KV model (or the override)."""
+        cap = kv_capacity(
+            self.model,
+            self.gpu,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            activation_gib=self.activation_gib,
+            non_torch_gib=self.non_torch_gib,
+            tp=self.tensor_parallel_size,
+            pp=self.pipeline_parallel_size,
+            block_size=self.block_size,
+            context_len=self.max_model_len,
+            kv_dtype_bytes=self.kv_cache_dtype_bytes,
+        )
+        if self.num_gpu_blocks_override is not None:
+            blocks = self.num_gpu_blocks_override
+            cap = dataclasses.replace(
+                cap,
+                num_gpu_blocks=blocks,
+                kv_cache_tokens=blocks * self.block_size,
+                max_concurrency=blocks * self.block_size / self.max_model_len,
+            )
+        if cap.kv_cache_tokens < self.max_model_len:
+            raise ConfigError(
+                f"The model's max seq len ({self.max_model_len}) is larger than the maximum "
+                f"number of tokens that can be stored in KV cache ({cap.kv_cache_tokens}). Try "
+                "increasing `gpu_memory_utilization` or decreasing `max_model_len`."
+            )
+        return cap
+
+    def with_changes(self, changes: Mapping[str, Any]) -> SimConfig:
+        """A copy with vLLM flag names (dashes or underscores) changed; unknown names fail."""
+        known = {f.name for f in dataclasses.fields(self)}
+        aliases = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size"}
+        clean: dict[str, Any] = {}
+        for raw, value in changes.items():
+            key = aliases.get(raw, raw.lstrip("-").replace("-", "_"))
+            if key not in known:
+                raise ConfigError(f"unknown setting {raw!r}; known: {sorted(known)}")
+            clean[key] = value
+        return dataclasses.replace(self, **clean)
+
+    def non_default_args(self) -> dict[str, Any]:
+        """The flags as vLLM's `non-default args:` line would show them (v0.9+)."""
+        args: dict[str, Any] = {"model": self.model.name}
+        defaults = SimConfig()
+        for key in (
+            "max_model_len",
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "block_size",
+            "gpu_memory_utilization",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "scheduling_policy",
+        ):
+            value = getattr(self, key)
+            if key == "max_model_len" or value != getattr(defaults, key):
+                args[key] = value
+        return args
+
+
+@dataclass(frozen=True)
+class StepCostModel:
+    """Roofline step time: max(memory time, compute time) + a fixed per-step overhead.
+
+    Memory: weights (once per step) + the KV of every scheduled token's context, read at
+    hbm_efficiency x HBM bandwidth. Compute: 2 x active params per scheduled token plus causal
+    attention (4 x layers x query dim x context per token), at compute_efficiency x peak.
+    Tensor parallelism divides both across GPUs; pipeline stages are treated the same way.
+    """
+
+    weight_bytes: float  # per GPU
+    kv_bytes_per_token: float  # per GPU
+    flops_per_token: float  # dense, whole model
+    attn_flops_per_token_ctx: float  # per (token x context token), whole model
+    bandwidth: float  # bytes/s per GPU, effective
+    flops: float  # FLOP/s per GPU, effective
+    gpus: int
+    overhead: float
+
+    @classmethod
+    def from_config(cls, config: SimConfig) -> StepCostModel:
+        model, gpu = config.model, config.gpu
+        tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
+        return cls(
+            weight_bytes=weights_gib(model, tp=tp, pp=pp) * 2**30,
+            kv_bytes_per_token=kv_bytes_per_token(
+                model, kv_dtype_bytes=config.kv_cache_dtype_bytes, tp=tp, pp=pp
+            ),
+            flops_per_token=2.0 * model.compute_params,
+            attn_flops_per_token_ctx=4.0 * model.num_layers * model.query_heads * model.head_dim,
+            bandwidth=gpu.hbm_bandwidth_gbs * 1e9 * config.hbm_efficiency,
+            flops=gpu.bf16_tflops * 1e12 * config.compute_efficiency,
+            gpus=tp * pp,
+            overhead=config.step_overhead_s,
+        )
+
+    def step_time(self, tokens: float, context_tokens: float, attention_pairs: float) -> float:
+        """Seconds for one step computing `tokens` new tokens.
+
+        context_tokens: sum over scheduled requests of their context length after the step (KV
+        read); attention_pairs: sum over new tokens of the context each attends to.
+        """
+        memory = (self.weight_bytes + context_tokens * self.kv_bytes_per_token) / self.bandwidth
+        compute = (
+            tokens * self.flops_per_token + attention_pairs * self.attn_flops_per_token_ctx
+        ) / (self.flops * self.gpus)
+        return self.overhead + max(memory, compute)
+
+    def decode_step_times(self, batch: int, context0: float, steps: int) -> FloatArray:
+        """Times of `steps` consecutive pure-decode steps of `batch` requests.
+
+        context0 is the batch's summed context before the first of them; each step adds one
+        token per request (and reads one more KV entry per request).
+        """
+        j = np.arange(1, steps + 1, dtype=np.float64)
+        context = context0 + batch * j
+        memory = (self.weight_bytes + context * self.kv_bytes_per_token) / self.bandwidth
+        compute = (batch * self.flops_per_token + context * self.attn_flops_per_token_ctx) / (
+            self.flops * self.gpus
+        )
+        times: FloatArray = self.overhead + np.maximum(memory, compute)
+        return times
