@@ -208,3 +208,23 @@ class LogFrames:
 
     def record_counts(self) -> dict[str, int]:
         return {kind: frame.height for kind, frame in self.frames.items()}
+
+    def extend(self, other: LogFrames) -> None:
+        """Append the next batch of the same source: frames, line counts, version, era."""
+        for kind, frame in other.frames.items():
+            mine = self.frames.get(kind)
+            self.frames[kind] = (
+                frame if mine is None or mine.height == 0 else pl.concat([mine, frame])
+            )
+        for name in ("lines", "parsed_lines", "unrecognized_lines", "blank_lines"):
+            setattr(
+                self.accounting,
+                name,
+                getattr(self.accounting, name) + getattr(other.accounting, name),
+            )
+        self.vllm_version = self.vllm_version or other.vllm_version
+        if other.log_era is not None and self.log_era not in (None, other.log_era):
+            self.log_era = "mixed"
+        else:
+            self.log_era = self.log_era or other.log_era
+        self.year_source = self.year_source or other.year_source

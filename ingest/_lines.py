@@ -1,0 +1,499 @@
+"""The per-line path: rare kinds and damaged lines, with the `regex` module.
+
+The vectorised path in logs.py handles well-formed common lines. Everything else comes here,
+in line order: preemption, KV-sizing and config lines (rare, rich payloads), JSON-formatted
+lines, foreign logging formats, records glued on one physical line, terminal hard-wraps,
+and lines nobody recognises (which end up in `unrecognized`). Both paths read the same
+catalogue rows.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+from preemptscope.ingest import catalogue as cat
+
+_FLAGS = regex.VERSION0
+
+ENVELOPE_RE = regex.compile(cat.ENVELOPE, _FLAGS)
+UVICORN_RE = regex.compile(cat.UVICORN, _FLAGS)
+ANSI_RE = regex.compile(cat.ANSI, _FLAGS)
+PREFIX_RE = regex.compile(
+    rf"^(?:{cat.WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{cat.PROCESS}|{cat.RANK})", _FLAGS
+)
+WRAPPER_RE = regex.compile(rf"^{cat.WRAPPER_TS}", _FLAGS)
+SPLIT_RE = regex.compile(
+    r"(?:\((?:[A-Za-z_][^()\n]*?(?:\([^()\n]*\)[^()\n]*?)?),? pid=\d+(?:, ip=[^)\n]*)?\) ?)?"
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )?" + cat.HEADER_CORE,
+    _FLAGS,
+)
+FOREIGN_RES = [
+    (
+        env,
+        regex.compile(rf"^(?:{cat.WRAPPER_TS})?(?:[^\n]*?)(?:{cat.PROCESS})?{env.pattern}", _FLAGS),
+    )
+    for env in cat.FOREIGN_ENVELOPES
+]
+ROW_RES = [
+    (row, regex.compile(row.pattern, _FLAGS))
+    for row in cat.ALL_ROWS
+    if row.kind not in ("access", "scheduler_stats")
+]
+ACCESS_RE = regex.compile(cat.ACCESS_ROW.pattern, _FLAGS)
+STATS_START_RE = regex.compile(cat.STATS_RECORD_START, _FLAGS)
+STATS_FIELD_RES = [(name, regex.compile(pattern, _FLAGS)) for name, pattern in cat.STATS_FIELDS]
+STATS_KNOWN_RE = regex.compile(cat.STATS_KNOWN_FIELDS, _FLAGS)
+_COMMAS_RE = regex.compile(r"(?:\s*,\s*)+", _FLAGS)
+KIND_LITERALS = tuple({row.literal for row in cat.ALL_ROWS if row.kind != "access"})
+TERMINAL = (".", "%", ")", "]", "}", "'", '"', ":", "!", "?")
+# A hard-wrapped record is only joined when the first part is at least this long.
+WRAP_MIN = 60
+
+
+@dataclass
+class Env:
+    """What the envelope around one message said."""
+
+    process: str | None = None
+    pid: int | None = None
+    level: str | None = None
+    mon: str | None = None
+    day: str | None = None
+    hms: str | None = None
+    wts: str | None = None  # container timestamp (RFC3339, zoned)
+    ats: str | None = None  # absolute local time with year (JSON / foreign formats)
+    file: str | None = None
+    lineno: int | None = None
+    known: bool = False  # a recognised log envelope (vLLM, uvicorn, foreign, JSON)
+
+
+@dataclass
+class Parsed:
+    """Records found in the per-line path, as plain rows per frame kind."""
+
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    unrecognized: list[tuple[int, str]] = field(default_factory=list)
+    parsed_lines: int = 0
+    blank_lines: int = 0
+
+    def add(self, kind: str, row: dict[str, Any]) -> None:
+        self.rows.setdefault(kind, []).append(row)
+
+
+def _num(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def stats_fields(message: str) -> dict[str, Any]:
+    """Known fields of one stats record (fractions for percentages); the rest kept as `extra`."""
+    found: dict[str, str | None] = {}
+    for name, pattern in STATS_FIELD_RES:
+        match = pattern.search(message)
+        found[name] = match.group(1) if match else None
+    pending = found.pop("pending_marker") is not None
+    era: str | None = None
+    if pending or found["swapped"] is not None:
+        era = "v0"
+    elif found["waiting"] is not None or found["engine"] is not None:
+        era = "v1"
+    gpu = _num(found["gpu_kv_cache_usage"])
+    cpu = _num(found["cpu_kv_cache_usage"]) if era == "v0" else None
+    pct = {k: _num(found[k]) for k in ("prefix_cache_hit_rate", "external_prefix_cache_hit_rate")}
+    mm = _num(found["mm_cache_hit_rate"])
+    # Same steps as the vectorised path in logs.py, so both give the same `extra`.
+    rest = _COMMAS_RE.sub(", ", STATS_KNOWN_RE.sub("", message)).strip(" ,.")
+    extra = rest or None
+    generation = _num(found["generation_throughput"])
+    if generation is None:
+        generation = _num(found["throughput_v01"])
+    return {
+        "era": era,
+        "engine": _int(found["engine"]),
+        "prompt_throughput": _num(found["prompt_throughput"]),
+        "generation_throughput": generation,
+        "running": _int(found["running"]),
+        "waiting": _int(found["waiting"]),
+        "swapped": _int(found["swapped"]),
+        "deferred": _int(found["deferred"]),
+        "preemptions": _int(found["preemptions"]),
+        "kv_device": found["kv_device"],
+        "gpu_kv_cache_usage": None if gpu is None else gpu / 100.0,
+        "cpu_kv_cache_usage": None if cpu is None else cpu / 100.0,
+        "prefix_cache_hit_rate": None
+        if pct["prefix_cache_hit_rate"] is None
+        else pct["prefix_cache_hit_rate"] / 100.0,
+        "external_prefix_cache_hit_rate": None
+        if pct["external_prefix_cache_hit_rate"] is None
+        else pct["external_prefix_cache_hit_rate"] / 100.0,
+        "mm_cache_hit_rate": None if mm is None else mm / 100.0,
+        "extra": extra,
+    }
+
+
+def stats_complete(fields: dict[str, Any]) -> bool:
+    return all(fields[k] is not None for k in ("running", "waiting", "gpu_kv_cache_usage"))
+
+
+_PAIR_RE = regex.compile(
+    r"(?P<key>[A-Za-z_][\w]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|[^,\s)]+)"
+)
+
+
+def config_pairs(origin: str, payload: str) -> dict[str, str]:
+    """Capacity settings out of `key=value, ...` lists or a Python dict literal."""
+    values: dict[str, str] = {}
+    if origin == "non_default_args":
+        try:
+            parsed = ast.literal_eval(payload.strip().rstrip("."))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            parsed = None
+        if isinstance(parsed, dict):
+            for key, value in parsed.items():
+                if isinstance(key, str) and key in cat.CONFIG_KEYS:
+                    if isinstance(value, list) and len(value) == 1:
+                        value = value[0]
+                    values[cat.CONFIG_KEYS[key]] = str(value)
+            return values
+    for match in _PAIR_RE.finditer(payload):
+        key = match.group("key")
+        if key in cat.CONFIG_KEYS and cat.CONFIG_KEYS[key] not in values:
+            value = match.group("value").strip("'\"")
+            if value not in ("None", ""):
+                values[cat.CONFIG_KEYS[key]] = value
+    return values
+
+
+def _base(env: Env) -> dict[str, Any]:
+    return {
+        "process": env.process,
+        "pid": env.pid,
+        "level": env.level,
+        "_mon": env.mon,
+        "_day": env.day,
+        "_hms": env.hms,
+        "_wts": env.wts,
+        "_ats": env.ats,
+    }
+
+
+def _envelope(text: str) -> tuple[Env, str]:
+    """Find the envelope; return it and the message (the whole text when there is none)."""
+    match = ENVELOPE_RE.match(text)
+    if match is not None:
+        proc = match.group("proc") or match.group("rank")
+        return (
+            Env(
+                process=proc.strip() if proc else None,
+                pid=_int(match.group("pid")),
+                level=match.group("level"),
+                mon=match.group("mon"),
+                day=match.group("day"),
+                hms=match.group("hms"),
+                wts=match.group("wts"),
+                file=match.group("file"),
+                lineno=_int(match.group("lineno")),
+                known=True,
+            ),
+            text[match.end() :],
+        )
+    for _env, pattern in FOREIGN_RES:
+        match = pattern.match(text)
+        if match is not None:
+            groups = match.groupdict()
+            ts = groups.get("ts")
+            level = groups.get("level")
+            return (
+                Env(
+                    process=groups.get("proc"),
+                    pid=_int(groups.get("pid")),
+                    level={"WARN": "WARNING", "TRACE": "DEBUG"}.get(level or "", level),
+                    wts=groups.get("wts") or (ts if ts and ts.endswith("Z") else None),
+                    ats=ts if ts and not ts.endswith("Z") else None,
+                    file=groups.get("file") or groups.get("logger"),
+                    lineno=_int(groups.get("lineno")),
+                    known=True,
+                ),
+                groups.get("msg") or "",
+            )
+    match = UVICORN_RE.match(text)
+    if match is not None:
+        return (
+            Env(
+                process=match.group("proc"),
+                pid=_int(match.group("pid")),
+                level=match.group("level"),
+                wts=match.group("wts"),
+                file="uvicorn",
+                known=True,
+            ),
+            text[match.end() :],
+        )
+    match = PREFIX_RE.match(text)
+    if match is not None and not match.group("pre").strip():
+        proc = match.group("proc") or match.group("rank")
+        return (
+            Env(process=proc, pid=_int(match.group("pid")), wts=match.group("wts")),
+            text[match.end() :],
+        )
+    match = WRAPPER_RE.match(text)
+    if match is not None:
+        return Env(wts=match.group("wts")), text[match.end() :]
+    return Env(), text
+
+
+def _json_line(text: str) -> tuple[Env, str] | None:
+    """docker json-file lines and vLLM's JSON formatter (v0.32+); None if not JSON."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("log"), str):
+        inner = ANSI_RE.sub("", obj["log"]).rstrip("\r\n")
+        nested = _json_line(inner) if inner.startswith("{") else None
+        env, message = nested if nested is not None else _envelope(inner)
+        if isinstance(obj.get("time"), str) and env.wts is None:
+            env.wts = obj["time"]
+        return env, message
+    if isinstance(obj.get("message"), str) and ("levelname" in obj or "asctime" in obj):
+        asctime = obj.get("asctime")
+        process = obj.get("processName")
+        return (
+            Env(
+                process=process if isinstance(process, str) else None,
+                pid=obj["process"] if isinstance(obj.get("process"), int) else None,
+                level=obj.get("levelname") if isinstance(obj.get("levelname"), str) else None,
+                ats=asctime if isinstance(asctime, str) else None,
+                file=obj.get("name") if isinstance(obj.get("name"), str) else None,
+                known=True,
+            ),
+            obj["message"],
+        )
+    return None
+
+
+def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
+    """Kind and columns of one message; None when no catalogue row fits."""
+    message = message.rstrip("\r\n")
+    if STATS_START_RE.match(message) or message.startswith("Throughput: "):
+        return "scheduler_stats", stats_fields(message)
+    if env.file == "uvicorn":
+        match = ACCESS_RE.match(message)
+        if match is not None:
+            return "access", {
+                "client": match.group("client"),
+                "method": match.group("method"),
+                "path": match.group("path"),
+                "http_version": match.group("http_version"),
+                "status": int(match.group("status")),
+            }
+        return None
+    for row, pattern in ROW_RES:
+        match = pattern.match(message)
+        if match is None and not env.known and row.bare_ok:
+            match = pattern.search(message)
+        if match is None:
+            continue
+        return row.kind, _row_columns(row, match)
+    if not env.known:
+        start = STATS_START_RE.search(message)
+        if start is not None:
+            return "scheduler_stats", stats_fields(message[start.start() :])
+    return None
+
+
+def _row_columns(row: cat.LineFormat, match: regex.Match[str]) -> dict[str, Any]:
+    groups = match.groupdict()
+    if row.kind == "preemption_warning":
+        return {
+            "request_id": groups["request_id"],
+            "mode": groups["mode"],
+            "cumulative": _int(groups.get("cumulative")),
+        }
+    if row.kind == "kv_capacity":
+        device = groups.get("device")
+        context = _int(groups.get("context"))
+        quantities = []
+        for group, kind, unit in row.quantities:
+            value = _num(groups.get(group))
+            if value is None:
+                continue
+            if unit == "GB" and groups.get("unit") == "GiB":
+                unit = "GiB"
+            quantities.append(
+                {
+                    "kind": kind,
+                    "value": value,
+                    "unit": unit,
+                    "context_tokens": context if kind == "max_concurrency" else None,
+                    "device": device if kind not in ("cpu_blocks",) else "CPU",
+                }
+            )
+        return {"_many": quantities}
+    if row.kind == "config":
+        pairs: dict[str, str] = {}
+        if row.config_origin in ("engine_config", "non_default_args", "args_namespace"):
+            pairs.update(config_pairs(row.config_origin, groups.get("payload") or ""))
+        for key in (
+            "vllm_version",
+            "engine_version",
+            "model",
+            "max_num_batched_tokens",
+            "max_model_len",
+        ):
+            if groups.get(key):
+                pairs[key] = groups[key]
+        if groups.get("key") and groups.get("value"):
+            pairs[groups["key"]] = groups["value"]
+        return {
+            "_many": [
+                {"key": key, "value": value, "origin": row.config_origin}
+                for key, value in pairs.items()
+            ]
+        }
+    if row.kind == "requests":
+        return {"event": row.constants["event"], "request_id": groups["request_id"].rstrip(".")}
+    raise AssertionError(row.kind)
+
+
+def _segments(text: str) -> list[str]:
+    """Split records glued on one physical line at each vLLM header."""
+    starts = [m.start() for m in SPLIT_RE.finditer(text)]
+    if len(starts) <= 1:
+        return [text]
+    cuts = [0, *starts[1:], len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(cuts) if text[a:b].strip()]
+
+
+def _record(text: str) -> tuple[Env, str, tuple[str, dict[str, Any]] | None]:
+    decoded = _json_line(text) if text.startswith("{") else None
+    env, message = decoded if decoded is not None else _envelope(text)
+    return env, message, classify(message, env)
+
+
+def _has_envelope(text: str) -> bool:
+    if text.startswith("{"):
+        return _json_line(text) is not None
+    env, _ = _envelope(text)
+    return env.known or env.process is not None or env.wts is not None
+
+
+def _incomplete(kind_columns: tuple[str, dict[str, Any]] | None, text: str) -> bool:
+    """A record that looks cut by a terminal wrap: worth joining with the next line."""
+    if kind_columns is None:
+        return any(literal in text for literal in KIND_LITERALS) and len(text) >= WRAP_MIN
+    kind, columns = kind_columns
+    return kind == "scheduler_stats" and not stats_complete(columns) and len(text) >= WRAP_MIN
+
+
+def _emit(
+    out: Parsed, line: int, env: Env, message: str, found: tuple[str, dict[str, Any]] | None
+) -> None:
+    base = {"line": line, **_base(env)}
+    if found is None:
+        out.add(
+            "other",
+            {
+                **base,
+                "logger_file": env.file,
+                "logger_line": env.lineno,
+                "message": message.rstrip("\r\n"),
+            },
+        )
+        return
+    kind, columns = found
+    many = columns.pop("_many", None)
+    if many is None:
+        out.add(kind, {**base, **columns})
+    else:
+        for item in many:
+            out.add(kind, {**base, **item})
+
+
+def clean(text: str) -> str:
+    text = text.rstrip("\n").rstrip("\r")
+    if "\r" in text:
+        # tqdm redraws: the log record is what follows the last carriage return that has one.
+        parts = text.split("\r")
+        text = next((p for p in reversed(parts) if SPLIT_RE.search(p)), parts[-1])
+    if "\x1b" in text or "[" in text:
+        text = ANSI_RE.sub("", text)
+    return text
+
+
+def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
+    """Parse (line number, text, previous physical line or None) in line order."""
+    out = Parsed()
+    index = 0
+    while index < len(items):
+        line, raw, previous = items[index]
+        index += 1
+        text = clean(raw)
+        if not text.strip():
+            out.blank_lines += 1
+            continue
+        segments = _segments(text)
+        parsed_any = False
+        for position, segment in enumerate(segments):
+            env, message, found = _record(segment)
+            last = position == len(segments) - 1
+            # Terminal hard-wrap: join the following envelope-less lines while that helps.
+            consumed = 0
+            while last and _incomplete(found, segment) and index + consumed < len(items):
+                next_line, next_raw, _ = items[index + consumed]
+                if next_line != line + consumed + 1:
+                    break
+                follow = clean(next_raw)
+                if not follow.strip() or _has_envelope(follow):
+                    break
+                joined = segment + follow
+                env2, message2, found2 = _record(joined)
+                better = found2 is not None and (
+                    found is None
+                    or (found2[0] == "scheduler_stats" and stats_complete(found2[1]))
+                    or (found2[0] == found[0] and found2[0] != "scheduler_stats")
+                )
+                if not better:
+                    break
+                segment, env, message, found = joined, env2, message2, found2
+                consumed += 1
+            if found is None and not env.known:
+                continue
+            _emit(out, line, env, message, found)
+            parsed_any = True
+            if consumed:
+                index += consumed
+                out.parsed_lines += consumed
+        if parsed_any or (previous is not None and is_continuation(previous, text)):
+            out.parsed_lines += 1
+        else:
+            out.unrecognized.append((line, raw.rstrip("\r\n")))
+    return out
+
+
+def is_continuation(previous: str, text: str) -> bool:
+    """A hard-wrapped tail of a long record on the previous line (counted with that record)."""
+    prev = clean(previous)
+    if len(prev) < WRAP_MIN or prev.endswith(TERMINAL) or not _has_envelope(prev):
+        return False
+    return not _has_envelope(text)

@@ -1,0 +1,160 @@
+"""Timestamps: vLLM's year-less local times, container timestamps, JSON asctime → UTC.
+
+Priority for the year: the container (wrapper) timestamp of the line > a JSON/foreign asctime
+(which carries its own year) > --year / --start > the file's mtime > now. The first timestamped
+record anchors the year; a month going back by six or more (Dec → Jan) starts the next year.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import polars as pl
+from preemptscope.ingest.schema import TIMESTAMP
+
+
+@dataclass
+class YearState:
+    """What spans batches: the anchored year, rollovers seen so far, the last month."""
+
+    base_year: int | None = None
+    rollovers: int = 0
+    last_month: int | None = None
+    source: str | None = None
+
+
+def _anchor_year(
+    mon: int,
+    day: int,
+    hms: str,
+    options_year: int | None,
+    start: datetime | None,
+    reference: datetime | None,
+    tz: str,
+) -> tuple[int, str]:
+    if options_year is not None:
+        return options_year, "option"
+    if start is not None:
+        local = start.astimezone(ZoneInfo(tz)) if start.tzinfo else start
+        # The year that puts the first record closest to --start.
+        best = min(
+            (local.year - 1, local.year, local.year + 1),
+            key=lambda y: abs((_safe(y, mon, day) - local.replace(tzinfo=None)).total_seconds()),
+        )
+        return best, "option"
+    source = "mtime" if reference is not None else "now"
+    ref = reference if reference is not None else datetime.now(UTC)
+    local = ref.astimezone(ZoneInfo(tz)) if ref.tzinfo else ref
+    year = local.year
+    # The first record cannot be later than the file's last write.
+    if (mon, day, hms) > (local.month, local.day, local.strftime("%H:%M:%S")):
+        year -= 1
+    return year, source
+
+
+def _safe(year: int, mon: int, day: int) -> datetime:
+    try:
+        return datetime(year, mon, day)
+    except ValueError:
+        return datetime(year, mon, 28)
+
+
+def line_years(
+    marks: pl.DataFrame,
+    state: YearState,
+    *,
+    tz: str,
+    year: int | None,
+    start: datetime | None,
+    reference: datetime | None,
+) -> pl.DataFrame:
+    """The year of every timestamped line: columns line, _year (Int32).
+
+    `marks` holds one row per line with a vLLM timestamp (line, _mon, _day, _hms, _wts),
+    sorted by line.
+    """
+    if marks.height == 0:
+        return pl.DataFrame(schema={"line": pl.Int64, "_year": pl.Int32})
+    months = marks["_mon"].cast(pl.Int32, strict=False)
+    if state.base_year is None:
+        first = marks.row(0, named=True)
+        mon = int(months[0] or 1)
+        if first["_wts"] is not None:
+            y = int(first["_wts"][:4])
+            if mon == 12 and first["_wts"][5:7] == "01":
+                y -= 1
+            state.base_year, state.source = y, "wrapper"
+        else:
+            state.base_year, state.source = _anchor_year(
+                mon,
+                int(first["_day"] or 1),
+                first["_hms"] or "00:00:00",
+                year,
+                start,
+                reference,
+                tz,
+            )
+    previous = months.shift(1)
+    if state.last_month is not None:
+        previous = previous.fill_null(state.last_month)
+    drops = ((previous - months) >= 6).fill_null(False).cast(pl.Int32)
+    roll = drops.cum_sum() + state.rollovers
+    state.rollovers = int(roll[-1])
+    state.last_month = int(months[-1]) if months[-1] is not None else state.last_month
+    wts = marks["_wts"]
+    wts_year = wts.str.slice(0, 4).cast(pl.Int32, strict=False)
+    wts_month = wts.str.slice(5, 2).cast(pl.Int32, strict=False)
+    adjust = (
+        pl.select(
+            pl.when((months == 12) & (wts_month == 1))
+            .then(-1)
+            .when((months == 1) & (wts_month == 12))
+            .then(1)
+            .otherwise(0)
+        )
+        .to_series()
+        .cast(pl.Int32)
+    )
+    years = (wts_year + adjust).fill_null(roll + state.base_year)
+    return pl.DataFrame({"line": marks["line"], "_year": years.cast(pl.Int32)})
+
+
+def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
+    """Replace the helper columns (_mon, _day, _hms, _wts, _ats) by a UTC `timestamp`."""
+    frame = frame.join(years, on="line", how="left")
+    local_text = pl.concat_str(
+        [
+            pl.col("_year").cast(pl.String).str.zfill(4),
+            pl.lit("-"),
+            pl.col("_mon"),
+            pl.lit("-"),
+            pl.col("_day"),
+            pl.lit(" "),
+            pl.col("_hms"),
+        ]
+    )
+    local = local_text.str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="us")
+    absolute = (
+        pl.col("_ats")
+        .str.replace(",", ".", literal=True)
+        .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
+    )
+    to_utc = (
+        pl.coalesce(absolute, local)
+        .dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+        .dt.convert_time_zone("UTC")
+    )
+    wrapper = (
+        pl.col("_wts")
+        .str.replace(r"(\.\d{6})\d+", "$1")
+        .str.replace(r"Z$", "+00:00")
+        .str.replace(",", ".", literal=True)
+        .str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%:z", strict=False, time_unit="us")
+        .dt.convert_time_zone("UTC")
+    )
+    timestamp = pl.coalesce(wrapper, to_utc).cast(TIMESTAMP)
+    return frame.with_columns(timestamp.alias("timestamp")).drop(
+        "_mon", "_day", "_hms", "_wts", "_ats", "_year"
+    )

@@ -1,0 +1,559 @@
+"""The one declarative catalogue of vLLM log formats.
+
+Every line kind preemptscope understands is a `LineFormat` row: which frame it feeds, a cheap
+literal that every such line contains (the vectorised prefilter), the message pattern (named
+groups become columns), the vLLM releases that print it and a real or constructed example line.
+The patterns are written in the common subset of Rust `regex` (Polars) and Python `regex`, so
+the fast vectorised path and the slow path for damaged lines share them.
+
+Adding a vLLM version means adding a row here and a fixture under tests/fixtures/logs/.
+Sources: docs/frames.md and the version-by-version reference the project was built from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# --------------------------------------------------------------------------------------------
+# Envelope: what surrounds the message. These pieces are shared by both parsing paths.
+# --------------------------------------------------------------------------------------------
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# docker --timestamps / kubectl --timestamps / CRI (`<RFC3339> stdout F <line>`).
+WRAPPER_TS = (
+    r"(?P<wts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d))"
+    r"\s+(?:(?:stdout|stderr) [FP] )?"
+)
+# `(APIServer pid=1) `, `(RayWorkerWrapper pid=263, ip=10.0.16.95) `, `(task, pid=17433) `,
+# Ray actor names with one level of nested parentheses (`(Llumlet(iid=1) pid=9)`), and the
+# leading `(` lost in a paste (`_AsyncLLMEngine pid=1974) `).
+PROCESS = (
+    r"(?:\(|^)(?P<proc>[A-Za-z_][^()\n]*?(?:\([^()\n]*\)[^()\n]*?)?),? pid=(?P<pid>\d+)"
+    r"(?:, ip=[^)\n]*)?\) ?"
+)
+RANK = r"\[(?P<rank>rank\d+)\]: ?"
+# `INFO 05-09 00:49:33 scheduler.py:1057] ` (<= v0.7.3) and `INFO 05-09 00:49:33 [loggers.py:116] `
+# (v0.8.0+). The level is optional because pastes lose leading characters.
+HEADER = (
+    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) )?(?P<mon>[01]\d)-(?P<day>[0-3]\d) "
+    r"(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d) \[?(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?"
+)
+# Only the timestamp-and-location core, for counting records glued on one physical line.
+HEADER_CORE = r"[01]\d-[0-3]\d [0-2]\d:[0-5]\d:[0-6]\d \[?[^\]\s:]+:\d+\] "
+# The whole envelope in front of a vLLM-formatted message: optional container timestamp,
+# anything (compose prefix, VLLM_LOGGING_PREFIX, tqdm output), optional process prefix, header.
+ENVELOPE = (
+    rf"^(?:{WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{PROCESS}|{RANK})?"
+    rf"(?:\x1b\[[0-9;]*m)?[^\s(]*?{HEADER}"
+)
+# Uvicorn: `INFO:     172.18.0.1:59468 - "POST /v1/chat/completions HTTP/1.1" 200 OK`.
+UVICORN = (
+    rf"^(?:{WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{PROCESS})?"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+"
+)
+# ANSI colour codes, also with the ESC byte lost (`[1;36m`) or rendered by journald (`#033[`).
+ANSI = r"(?:\x1b|#033|\^\[)?\[[0-9]{1,3}(?:;[0-9]{1,3})*m|\x1b\[[0-9;]*[A-Za-z]"
+ANSI_PROBE = r"\x1b|#033\[|\[[0-9]{1,3}(?:;[0-9]{1,3})*m"
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A log-line format around the message, other than vLLM's own (custom logging setups)."""
+
+    name: str
+    pattern: str  # groups: level, ts (with year) or mon/day/hms, logger, msg
+    example: str
+    note: str = ""
+
+
+FOREIGN_ENVELOPES: tuple[Envelope, ...] = (
+    Envelope(
+        "python_dash",
+        r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?) - (?:(?P<logger>[\w.]+) - )?"
+        r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - (?:(?P<file>[\w./-]+):(?P<lineno>\d+) - )?"
+        r"(?P<msg>.*)",
+        "(Worker_TP0 pid=128) 2026-07-04 17:55:05,895 - INFO - autotuner.py:641 - flashinfer.jit: "
+        "[Autotuner]: Autotuning process ends",
+        "Python logging `%(asctime)s - %(levelname)s - ...` (host applications, FlashInfer)",
+    ),
+    Envelope(
+        "bracket_asctime",
+        r"\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?)\] (?:(?P<logger>[\w.]+) )?"
+        r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):? (?P<msg>.*)",
+        "(EngineCore_0 pid=3945189) [2025-08-21 07:17:09,753] LMCache INFO: Reqid: cmpl-e59-0",
+        "LMCache and similar `[%(asctime)s] name LEVEL:` formats",
+    ),
+    Envelope(
+        "rust_tracing",
+        r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)\s+"
+        r"(?P<level>TRACE|DEBUG|INFO|WARN|ERROR) (?P<logger>[\w:]+): (?P<msg>.*)",
+        "2025-11-04T12:26:52.371053Z  INFO _core::llm::block_manager::vllm::connector::leader::"
+        "slot: request set to finish: cached_gpu_tokens: 0",
+        "Rust `tracing` (Dynamo KVBM) interleaved with vLLM output",
+    ),
+    Envelope(
+        "python_basic",
+        r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]+):(?P<msg>.*)",
+        "WARNING:vllm.core.scheduler:Sequence group 7 is preempted by PreemptionMode.RECOMPUTE"
+        " mode "
+        "because there is not enough KV cache space.",
+        "Python's basicConfig format `%(levelname)s:%(name)s:%(message)s`"
+        " (VLLM_CONFIGURE_LOGGING=0)",
+    ),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Line kinds
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """One row of the catalogue: a message format and where its values go."""
+
+    name: str
+    kind: str  # frame kind (see ingest/schema.py FRAME_SCHEMAS)
+    literal: str  # substring every such message contains: the vectorised prefilter
+    pattern: str  # matched at the start of the message; named groups feed columns
+    versions: str  # vLLM releases that print it
+    example: str  # a real (or constructed, said so in docs) line, prefix included
+    # Constant columns for this row (e.g. the request event, the KV quantity kind).
+    constants: dict[str, str] = field(default_factory=dict)
+    # KV rows that print several quantities: (group, kind, unit) emitted as separate rows.
+    quantities: tuple[tuple[str, str, str], ...] = ()
+    # Config rows whose payload is a key=value list parsed by code (origin name).
+    config_origin: str | None = None
+    # Rows found anywhere in a line, even without a vLLM header (bare pastes, other formats).
+    bare_ok: bool = True
+
+
+PREEMPTION_ROWS: tuple[LineFormat, ...] = (
+    LineFormat(
+        "v0_preemption_warning",
+        "preemption_warning",
+        "is preempted by ",
+        r"Sequence group (?P<request_id>\S+) is preempted by (?:PreemptionMode\.)?"
+        r"(?P<mode>RECOMPUTE|SWAP)\b(?:[^\n]*?total_(?:num_)?cumulative_preemption(?:_cnt)?="
+        r"(?P<cumulative>\d+))?",
+        "v0.4.3 – v0.10.2 (V0 engine; every 50th preemption)",
+        "WARNING 10-10 20:41:04 scheduler.py:1491] Sequence group"
+        " chat-939561076e37472e9902d0cd38511301"
+        " is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space."
+        " This can affect the end-to-end performance. Increase gpu_memory_utilization or"
+        " tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=1",
+    ),
+)
+
+STATS_ROWS: tuple[LineFormat, ...] = (
+    LineFormat(
+        "v0_stats",
+        "scheduler_stats",
+        "Avg prompt throughput: ",
+        r"Avg prompt throughput: [\d.]+ tokens/s, [^\n]*?Pending: \d+ reqs",
+        "v0.1.3 – v0.10.2 (V0; DEBUG when idle from v0.6.5; trailing '.' from v0.4.3)",
+        "INFO 01-23 06:33:37 metrics.py:396] Avg prompt throughput: 0.0 tokens/s, Avg generation"
+        " throughput: 16.7 tokens/s, Running: 16 reqs, Swapped: 0 reqs, Pending: 0 reqs,"
+        " GPU KV cache"
+        " usage: 92.1%, CPU KV cache usage: 0.0%.",
+        constants={"era": "v0"},
+    ),
+    LineFormat(
+        "v1_stats",
+        "scheduler_stats",
+        "Avg prompt throughput: ",
+        r"(?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput: [\d.]+ tokens/s,"
+        r" [^\n]*?Waiting: \d+ reqs",
+        "v0.7.1 – v0.33.0 (V1; `Engine NNN: ` from v0.8.3; fields assembled at run time v0.11.1+)",
+        "(APIServer pid=3646) INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt"
+        " throughput:"
+        " 0.0 tokens/s, Avg generation throughput: 1055.3 tokens/s, Running: 18 reqs, Waiting: 43"
+        " reqs, GPU KV cache usage: 95.9%, Prefix cache hit rate: 0.0%",
+        constants={"era": "v1"},
+    ),
+    LineFormat(
+        "v0_1_stats",
+        "scheduler_stats",
+        "Throughput: ",
+        r"Throughput: [\d.]+ tokens/s, Running: \d+ reqs, Swapped: \d+ reqs, Pending: \d+ reqs",
+        "v0.1.0 – v0.1.2 (scheduler.py)",
+        "INFO 06-20 10:00:00 scheduler.py:210] Throughput: 312.5 tokens/s, Running: 8 reqs,"
+        " Swapped: 0 reqs, Pending: 2 reqs, GPU KV cache usage: 41.2%, CPU KV cache usage: 0.0%",
+        constants={"era": "v0"},
+    ),
+)
+
+# The fields of a stats record, each found on its own so unknown fields never break a record.
+# (column, pattern with one group). Order matters for `extra`: everything not matched is kept.
+STATS_FIELDS: tuple[tuple[str, str], ...] = (
+    ("engine", r"Engine (\d+): "),
+    ("engines_aggregated", r"(\d+) Engines Aggregated: "),
+    ("prompt_throughput", r"Avg prompt throughput: ([\d.]+) tokens/s"),
+    ("generation_throughput", r"Avg generation throughput: ([\d.]+) tokens/s"),
+    ("throughput_v01", r"^Throughput: ([\d.]+) tokens/s"),
+    ("running", r"Running: (\d+) reqs"),
+    ("waiting", r"(?:Waiting|Pending): (\d+) reqs"),
+    ("pending_marker", r"(Pending): \d+ reqs"),
+    ("swapped", r"Swapped: (\d+) reqs"),
+    ("deferred", r"Deferred: (\d+) reqs"),
+    ("preemptions", r"Preemptions: (\d+)"),
+    ("kv_device", r"([A-Z][A-Za-z]*(?: \+ host)?) KV cache usage: [\d.]+%"),
+    ("gpu_kv_cache_usage", r"[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: ([\d.]+)%"),
+    ("cpu_kv_cache_usage", r"%,? CPU KV cache usage: ([\d.]+)%"),
+    ("prefix_cache_hit_rate", r"Prefix cache hit rate: ([\d.]+)%"),
+    ("external_prefix_cache_hit_rate", r"External prefix cache hit rate: ([\d.]+)%"),
+    ("mm_cache_hit_rate", r"MM cache hit rate: ([\d.]+)%"),
+)
+# Whole known fields, removed to leave the unknown ones as `extra`.
+STATS_KNOWN_FIELDS = (
+    r"Engine \d+: |\d+ Engines Aggregated: |Avg (?:prompt|generation) throughput: [\d.]+ tokens/s"
+    r"|^Throughput: [\d.]+ tokens/s|(?:Running|Waiting|Pending|Swapped|Deferred): \d+ reqs"
+    r"|Preemptions: \d+|[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: [\d.]+%"
+    r"|(?:External p|P)refix cache hit rate: [\d.]+%|MM cache hit rate: [\d.]+%"
+)
+STATS_RECORD_START = r"(?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput: "
+
+KV_ROWS: tuple[LineFormat, ...] = (
+    LineFormat(
+        "blocks",
+        "kv_capacity",
+        " blocks: ",
+        r"#? ?(?:(?P<device>GPU|CUDA|cuda|rocm|TPU|HPU|XPU|CPU|NPU|xpu|npu|hpu|tpu) blocks: "
+        r"(?P<gpu>\d+))(?:, # CPU blocks: (?P<cpu>\d+))?",
+        "v0.1.0 – v0.10.2 (`# CUDA blocks` v0.7.0 – v0.7.2, `# cuda blocks` v0.7.3 – v0.10.2);"
+        " V1 `# GPU blocks: N` v0.6.4 – v0.7.3",
+        "INFO 01-11 15:51:18 llm_engine.py:275] # GPU blocks: 229, # CPU blocks: 512",
+        quantities=(("gpu", "gpu_blocks", "blocks"), ("cpu", "cpu_blocks", "blocks")),
+    ),
+    LineFormat(
+        "kv_cache_size",
+        "kv_capacity",
+        "KV cache size: ",
+        r"(?P<device>[A-Z]+(?: \+ host)?) KV cache size: (?P<tokens>[\d,]+) tokens"
+        r"(?:, Maximum concurrency for (?P<context>[\d,]+) tokens per request: (?P<conc>[\d.]+)x)?",
+        "v0.8.0 – v0.33.0 (one line with Maximum concurrency from v0.28.0; `<DEV>` from v0.30.0)",
+        "(EngineCore_DP0 pid=1133552) INFO 10-03 16:22:17 [kv_cache_utils.py:864] GPU KV cache"
+        " size:"
+        " 42,656 tokens",
+        quantities=(("tokens", "kv_cache_tokens", "tokens"), ("conc", "max_concurrency", "x")),
+    ),
+    LineFormat(
+        "max_concurrency",
+        "kv_capacity",
+        "Maximum concurrency for ",
+        r"Maximum concurrency for (?P<context>[\d,]+) tokens per request: (?P<conc>[\d.]+)x",
+        "v0.6.3 – v0.33.0",
+        "INFO 11-03 15:51:27 [executor_base.py:118] Maximum concurrency for 32768 tokens per"
+        " request: 1.79x",
+        quantities=(("conc", "max_concurrency", "x"),),
+    ),
+    LineFormat(
+        "available_kv_memory",
+        "kv_capacity",
+        "Available KV cache memory: ",
+        r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB",
+        "v0.9.1 – v0.33.0 (V1 workers)",
+        "(EngineCore_DP0 pid=1133552) INFO 10-03 16:22:17 [gpu_worker.py:298] Available KV cache"
+        " memory: 6.51 GiB",
+        quantities=(("gib", "available_kv_memory", "GiB"),),
+    ),
+    LineFormat(
+        "model_weights_v0",
+        "kv_capacity",
+        "Loading model weights took ",
+        r"Loading model weights took (?P<gb>[\d.]+) GB",
+        "v0.4.0 – v0.7.3",
+        "INFO 01-14 12:36:51 model_runner.py:1099] Loading model weights took 7.9692 GB",
+        quantities=(("gb", "model_weights", "GB"),),
+    ),
+    LineFormat(
+        "model_loading",
+        "kv_capacity",
+        "Model loading took ",
+        r"Model loading took (?P<gib>[\d.]+) (?P<unit>GiB|GB)(?: memory)? and (?P<secs>[\d.]+)"
+        r" seconds",
+        "v0.8.0 – v0.33.0",
+        "(EngineCore_DP0 pid=66914) INFO 09-21 12:30:37 [gpu_model_runner.py:2581] Model loading"
+        " took 2.2845 GiB and 74.270197 seconds",
+        quantities=(("gib", "model_weights", "GiB"), ("secs", "model_loading_time", "s")),
+    ),
+    LineFormat(
+        "memory_profiling_results",
+        "kv_capacity",
+        "Memory profiling results: ",
+        r"Memory profiling results: total_gpu_memory=(?P<total>[\d.]+)GiB[^\n]*?"
+        r"kv_cache_size=(?P<kv>[\d.]+)GiB(?: gpu_memory_utilization=(?P<util>[\d.]+))?",
+        "v0.6.4 – v0.6.4.post1",
+        "Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB"
+        " peak_torch_memory=17.98GiB memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB"
+        " kv_cache_size=2.89GiB gpu_memory_utilization=0.90",
+        quantities=(
+            ("total", "memory_total", "GiB"),
+            ("kv", "memory_for_kv", "GiB"),
+            ("util", "gpu_memory_utilization", "fraction"),
+        ),
+    ),
+    LineFormat(
+        "memory_for_kv_v0",
+        "kv_capacity",
+        "reserved for KV Cache is ",
+        r"model weights take (?P<weights>[\d.]+)GiB;[^\n]*?the rest of the memory reserved for"
+        r" KV Cache is (?P<kv>-?[\d.]+)GiB",
+        "v0.6.5 – v0.10.2 (third line of the memory-profiling message)",
+        "(VllmWorkerProcess pid=507) INFO 04-12 08:21:19 [worker.py:267] model weights take"
+        " 21.21GiB; non_torch_memory takes 0.20GiB; PyTorch activation peak memory takes 0.37GiB;"
+        " the rest of the memory reserved for KV Cache is 1.57GiB.",
+        quantities=(("weights", "model_weights", "GiB"), ("kv", "memory_for_kv", "GiB")),
+    ),
+    LineFormat(
+        "memory_total_v0",
+        "kv_capacity",
+        "the current vLLM instance can use total_gpu_memory",
+        r"the current vLLM instance can use total_gpu_memory \((?P<total>[\d.]+)GiB\) x"
+        r" gpu_memory_utilization \((?P<util>[\d.]+)\)",
+        "v0.6.5 – v0.10.2 (second line of the memory-profiling message)",
+        "(VllmWorkerProcess pid=507) INFO 04-12 08:21:19 [worker.py:267] the current vLLM instance"
+        " can use total_gpu_memory (23.58GiB) x gpu_memory_utilization (0.99) = 23.35GiB",
+        quantities=(
+            ("total", "memory_total", "GiB"),
+            ("util", "gpu_memory_utilization", "fraction"),
+        ),
+    ),
+    LineFormat(
+        "cache_config_info",
+        "kv_capacity",
+        "num_gpu_blocks is: ",
+        r"(?:Engine \d+: |\d+ Engines: )?vllm cache_config_info with initialization after"
+        r" num_gpu_blocks is: (?P<gpu>\d+)",
+        "v0.9.0 – v0.33.0 (`Engine NNN: ` prefix v0.9.1+, DEBUG per engine v0.11.1+)",
+        "INFO 06-22 02:55:02 [loggers.py:137] Engine 000: vllm cache_config_info with"
+        " initialization after num_gpu_blocks is: 15745",
+        quantities=(("gpu", "gpu_blocks", "blocks"),),
+    ),
+    LineFormat(
+        "num_gpu_blocks_override",
+        "kv_capacity",
+        "Overriding num_gpu_blocks=",
+        r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=(?P<gpu>\d+)",
+        "v0.4.2 – v0.33.0",
+        "INFO 09-20 11:00:00 [kv_cache_utils.py:700] Overriding num_gpu_blocks=4096 with"
+        " num_gpu_blocks_override=512",
+        quantities=(("gpu", "gpu_blocks", "blocks"),),
+    ),
+)
+
+CONFIG_ROWS: tuple[LineFormat, ...] = (
+    LineFormat(
+        "api_server_version",
+        "config",
+        "server version ",
+        r"vLLM (?:API )?server version (?P<vllm_version>[0-9v][^\s,)\x1b]*)"
+        r"(?:, serving model (?P<model>\S+))?",
+        "v0.4.0 – v0.14.1 (`vLLM API server version`);"
+        " v0.15.0+ `vLLM server version X, serving model M`",
+        "INFO 02-22 16:52:22 api_server.py:209] vLLM API server version 0.3.2",
+        config_origin="version_line",
+    ),
+    LineFormat(
+        "logo_version",
+        "config",
+        "▀▄▀ █",
+        r"[^\n]*?▀▄▀ █\s+version (?:\x1b\[[0-9;]*m)?(?P<vllm_version>[0-9][^\s,)\x1b]*)",
+        "v0.15.0 – v0.33.0 (ASCII logo, six prefixed lines)",
+        "(APIServer pid=1726) INFO 02-19 10:10:57 [utils.py:325]  ▄▄ ▄█ █     █     █ ▀▄▀ █"
+        "  version"
+        " 0.15.1",
+        config_origin="version_line",
+        bare_ok=False,
+    ),
+    LineFormat(
+        "logo_model",
+        "config",
+        "█▄█▀ █",
+        r"[^\n]*?█▄█▀ █\s+█\s+█\s+█  model\s+(?:\x1b\[[0-9;]*m)?(?P<model>\S+)",
+        "v0.15.0 – v0.33.0 (ASCII logo)",
+        "(APIServer pid=1726) INFO 02-19 10:10:57 [utils.py:325]   █▄█▀ █     █     █     █  model"
+        "   models/final_dpo",
+        config_origin="version_line",
+        bare_ok=False,
+    ),
+    LineFormat(
+        "engine_config",
+        "config",
+        " with config: ",
+        r"Initializing an? (?:(?P<engine_version>V[01]) )?LLM engine"
+        r"(?: \(v(?P<vllm_version>[^)\s]+)\))?"
+        r" with config: (?P<payload>.*)",
+        "v0.1.0 – v0.33.0 (`a V0/V1 LLM engine (vX)` from v0.7.1; version in parentheses v0.4.0+)",
+        "INFO 04-08 03:47:57 [core.py:61] Initializing a V1 LLM engine (v0.8.3) with config:"
+        " model='Qwen/Qwen2.5-7B', speculative_config=None, tokenizer='Qwen/Qwen2.5-7B',"
+        " max_seq_len=32768, tensor_parallel_size=1, pipeline_parallel_size=1,"
+        " served_model_name=Qwen/Qwen2.5-7B, enable_prefix_caching=True",
+        config_origin="engine_config",
+    ),
+    LineFormat(
+        "non_default_args",
+        "config",
+        "non-default args: ",
+        r"non-default args: (?P<payload>\{.*)",
+        "v0.9.0 – v0.33.0",
+        "INFO 07-23 19:34:27 [cli_args.py:325] non-default args: {'model':"
+        " '/models/Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8', 'quantization': 'fp8',"
+        " 'tensor_parallel_size': 8, 'gpu_memory_utilization': 0.6, 'max_log_len': 65536}",
+        config_origin="non_default_args",
+    ),
+    LineFormat(
+        "args_namespace",
+        "config",
+        "Namespace(",
+        r"(?:args: )?Namespace\((?P<payload>.*)\)",
+        "v0.1.0 – v0.8.5.post1 (`args: Namespace(...)`, all values)",
+        "INFO 05-01 09:40:00 api_server.py:1043] args: Namespace(host=None, port=8000,"
+        " tensor_parallel_size=1, gpu_memory_utilization=0.9, max_num_batched_tokens=None,"
+        " max_num_seqs=256, scheduling_policy='fcfs')",
+        config_origin="args_namespace",
+    ),
+    LineFormat(
+        "chunked_prefill",
+        "config",
+        "Chunked prefill is enabled with ",
+        r"Chunked prefill is enabled with max_num_batched_tokens=(?P<max_num_batched_tokens>\d+)",
+        "v0.5.3 – v0.33.0",
+        "INFO 05-01 09:40:01 [config.py:2003] Chunked prefill is enabled with"
+        " max_num_batched_tokens=8192.",
+        config_origin="chunked_prefill",
+    ),
+    LineFormat(
+        "max_model_len",
+        "config",
+        "Using max model len ",
+        r"Using max model len (?P<max_model_len>\d+)",
+        "v0.9.2 – v0.33.0",
+        "INFO 07-01 10:00:00 [config.py:1472] Using max model len 32768",
+        config_origin="max_model_len",
+    ),
+    LineFormat(
+        "usage_context_default",
+        "config",
+        " usage context",
+        r"(?:Setting|Defaulting) (?P<key>max_num_seqs|max_num_batched_tokens) to (?P<value>\d+)"
+        r" for \S+ usage context",
+        "v0.6.5 – v0.33.0 (DEBUG from v0.8.0)",
+        "DEBUG 11-01 10:00:00 [arg_utils.py:1700] Defaulting max_num_seqs to 1024 for"
+        " OPENAI_API_SERVER usage context.",
+        config_origin="usage_context",
+    ),
+)
+
+REQUEST_ROWS: tuple[LineFormat, ...] = (
+    LineFormat(
+        "received",
+        "requests",
+        "Received request ",
+        r"Received request (?P<request_id>[^\s:,]+?)[:,.]",
+        "v0.1.0 – v0.33.0 (engine ≤ v0.5.2, OpenAI request logger v0.5.3+)",
+        "INFO 11-13 01:39:03 logger.py:37] Received request chat-fa706dfef62c402bb8174c9c922e7888:"
+        " prompt: '<|begin_of_text|>', params: SamplingParams(n=1), prompt_token_ids: [128000],"
+        " lora_request: None, prompt_adapter_request: None.",
+        constants={"event": "received"},
+        bare_ok=False,
+    ),
+    LineFormat(
+        "added",
+        "requests",
+        "Added request ",
+        r"Added request (?P<request_id>\S+?)\.?(?:\s|$)",
+        "v0.5.3 – v0.33.0",
+        "INFO 05-01 09:46:36 [async_llm.py:252] Added request"
+        " chatcmpl-339cba12293b42a7ba808aca93821d50.",
+        constants={"event": "added"},
+        bare_ok=False,
+    ),
+    LineFormat(
+        "finished",
+        "requests",
+        "Finished request ",
+        r"Finished request (?P<request_id>\S+?)\.?(?:\s|$)",
+        "v0.1.0 – v0.10.2 (AsyncLLMEngine only); V1 v0.6.4 – v0.6.6",
+        "INFO 04-11 19:21:43 async_llm_engine.py:120] Finished request"
+        " cmpl-81abe7cfa0cc42a696c703368ba37734.",
+        constants={"event": "finished"},
+        bare_ok=False,
+    ),
+    LineFormat(
+        "aborted",
+        "requests",
+        "Aborted request",
+        r"Aborted request(?:\(s\))? (?P<request_id>\S+?)\.?(?:\s|$)",
+        "v0.1.0 – v0.33.0 (`Aborted request(s) a,b.` from v0.10.1)",
+        "(APIServer pid=1) INFO 11-07 08:51:02 [async_llm.py:445] Aborted request(s)"
+        " cmpl-4d1abf620f01dad2f8fd2946e6d0ee3a-0.",
+        constants={"event": "aborted"},
+        bare_ok=False,
+    ),
+    LineFormat(
+        "generated",
+        "requests",
+        "Generated response ",
+        r"Generated response (?P<request_id>[^\s:]+?)(?: \(streaming (?:delta|complete)\))?:",
+        "v0.10.1 – v0.33.0 (needs --enable-log-outputs)",
+        "(APIServer pid=1) INFO 11-07 08:50:31 [logger.py:71] Generated response"
+        " chatcmpl-b87aa23d3945464d97fa892ff0d2d044: output: 'Once upon a time',"
+        " finish_reason: stop",
+        constants={"event": "generated"},
+        bare_ok=False,
+    ),
+    LineFormat(
+        "failed",
+        "requests",
+        "Request ",
+        r"Request (?P<request_id>\S+) (?:aborted\.|failed)",
+        "v0.8.5 – v0.33.0",
+        "(APIServer pid=1) ERROR 11-07 08:51:02 [async_llm.py:480] Request"
+        " cmpl-4d1abf620f01dad2f8fd2946e6d0ee3a-0 failed (engine dead).",
+        constants={"event": "failed"},
+        bare_ok=False,
+    ),
+)
+
+ACCESS_ROW = LineFormat(
+    "uvicorn_access",
+    "access",
+    " HTTP/",
+    r"(?P<client>\S+)(?: \d+)? - \"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/(?P<http_version>[\d.]+)\""
+    r" (?P<status>\d{3})",
+    "all (uvicorn default access format; `(APIServer pid=N)` prefix v0.10.1 – v0.30.0)",
+    '(APIServer pid=1) INFO:     172.18.0.1:59468 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+)
+
+# Kinds whose messages go through the per-line path (rare lines, rich payloads).
+PYTHON_ROWS: tuple[LineFormat, ...] = PREEMPTION_ROWS + KV_ROWS + CONFIG_ROWS
+ALL_ROWS: tuple[LineFormat, ...] = (
+    PREEMPTION_ROWS + STATS_ROWS + KV_ROWS + CONFIG_ROWS + REQUEST_ROWS + (ACCESS_ROW,)
+)
+
+# Config keys extracted from key=value payloads (engine config, args, non-default args).
+CONFIG_KEYS: dict[str, str] = {
+    "model": "model",
+    "served_model_name": "served_model_name",
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "data_parallel_size": "data_parallel_size",
+    "block_size": "block_size",
+    "scheduling_policy": "scheduling_policy",
+    "max_model_len": "max_model_len",
+    "max_seq_len": "max_model_len",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "enable_chunked_prefill": "enable_chunked_prefill",
+    "chunked_prefill_enabled": "enable_chunked_prefill",
+    "preemption_mode": "preemption_mode",
+    "swap_space": "swap_space",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "quantization": "quantization",
+    "num_gpu_blocks_override": "num_gpu_blocks_override",
+    "dtype": "dtype",
+}

@@ -1,0 +1,644 @@
+"""Read vLLM logs of any version into typed Polars frames (see docs/frames.md).
+
+Two paths share the catalogue (ingest/catalogue.py):
+- vectorised: a chunk of lines becomes a Polars Series; literal prefilters and Rust-regex
+  checks route every line, and well-formed stats, request, access and other lines are
+  extracted column-wise;
+- per line (ingest/_lines.py): preemption, KV-sizing and config lines, and every odd line
+  (JSON, foreign formats, glued records, hard-wraps, damage) in Python.
+Every physical line ends up in a frame, as the continuation of a record, as blank, or in
+`unrecognized`; `LogFrames.accounting` adds up.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import polars as pl
+from preemptscope.ingest import _lines
+from preemptscope.ingest import catalogue as cat
+from preemptscope.ingest._reader import CHUNK_BYTES, display_name, iter_chunks, split_lines
+from preemptscope.ingest._time import YearState, line_years, stamp
+from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting, LogFrames
+
+from preemptscope.errors import ConfigError, InputError
+
+__all__ = [
+    "ParseOptions",
+    "ParseState",
+    "iter_log_paths",
+    "iter_parse_path",
+    "parse_lines",
+    "parse_path",
+]
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """How to read timestamps that have no year and no zone."""
+
+    year: int | None = None  # --year
+    start: datetime | None = None  # --start: time of the first record, anchors year inference
+    tz: str = "UTC"  # zone of the log's naive timestamps (IANA name); frames hold UTC
+    reference_time: datetime | None = None  # e.g. file mtime; used when nothing better tells
+
+    def __post_init__(self) -> None:
+        try:
+            ZoneInfo(self.tz)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ConfigError(f"unknown time zone {self.tz!r} (expected an IANA name)") from exc
+
+
+@dataclass
+class ParseState:
+    """What spans batches of one source: year inference, a held-back line, the last line."""
+
+    years: YearState = field(default_factory=YearState)
+    pending: list[tuple[int, str]] = field(default_factory=list)
+    last_raw: str | None = None
+
+
+# Helper columns carried until timestamps are resolved.
+_HELPERS = {k: pl.String() for k in ("_mon", "_day", "_hms", "_wts", "_ats")}
+_REC_COLS = ("process", "pid", "level")
+
+_ANSI_PROBE = cat.ANSI_PROBE
+_KIND_LITERALS = sorted({row.literal for row in cat.ALL_ROWS})
+_CAND = "|".join(re.escape(lit) for lit in _KIND_LITERALS)
+_PY_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.PYTHON_ROWS}))
+_STATS_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.STATS_ROWS}))
+_REQ_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.REQUEST_ROWS}))
+_UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
+_STATS_VALID = (
+    cat.HEADER_CORE
+    + cat.STATS_RECORD_START
+    + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
+)
+_REQ_GROUPS = "|".join(
+    row.pattern.replace("(?P<request_id>", f"(?P<rid_{row.name}>") for row in cat.REQUEST_ROWS
+)
+_REQ_VALID = cat.HEADER_CORE + "(?:" + _REQ_GROUPS + ")"
+_REQ_EXTRACT = cat.ENVELOPE + "(?:" + _REQ_GROUPS + ")"
+_ACCESS_EXTRACT = cat.UVICORN + cat.ACCESS_ROW.pattern
+_OTHER_EXTRACT = cat.ENVELOPE + r"(?P<msg>[^\r\n]*)"
+_UVI_OTHER_EXTRACT = cat.UVICORN + r"(?P<msg>[^\r\n]*)"
+_STATS_EXTRACT = cat.ENVELOPE + r"(?P<msg>[^\r\n]*)"
+
+
+def _empty(columns: dict[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=columns)
+
+
+def _kind_columns(kind: str) -> dict[str, pl.DataType]:
+    """Columns of a kind before timestamps are resolved (no source/deployment/timestamp)."""
+    schema = FRAME_SCHEMAS[kind]
+    cols: dict[str, pl.DataType] = {"line": pl.Int64()}
+    for name in _REC_COLS:
+        cols[name] = schema[name]
+    cols.update(_HELPERS)
+    for name, dtype in schema.items():
+        if name not in ("source", "line", "deployment", "timestamp", *_REC_COLS):
+            cols[name] = dtype
+    return cols
+
+
+def _envelope_columns() -> list[pl.Expr]:
+    return [
+        pl.coalesce(pl.col("proc").str.strip_chars(), pl.col("rank")).alias("process"),
+        pl.col("pid").cast(pl.Int64, strict=False),
+        pl.col("level"),
+        pl.col("mon").alias("_mon"),
+        pl.col("day").alias("_day"),
+        pl.col("hms").alias("_hms"),
+        pl.col("wts").alias("_wts"),
+        pl.lit(None, dtype=pl.String).alias("_ats"),
+    ]
+
+
+def _pct(expr: pl.Expr) -> pl.Expr:
+    return expr.cast(pl.Float64, strict=False) / 100.0
+
+
+def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
+    groups = sub.select(
+        pl.col("line"), pl.col("raw").str.extract_groups(_STATS_EXTRACT).alias("g")
+    ).unnest("g")
+    msg = pl.col("msg")
+    field = {name: msg.str.extract(pattern, 1) for name, pattern in cat.STATS_FIELDS}
+    era = (
+        pl.when(field["pending_marker"].is_not_null() | field["swapped"].is_not_null())
+        .then(pl.lit("v0"))
+        .when(field["waiting"].is_not_null() | field["engine"].is_not_null())
+        .then(pl.lit("v1"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+    )
+    extra = (
+        msg.str.replace_all(cat.STATS_KNOWN_FIELDS, "")
+        .str.replace_all(r"(?:\s*,\s*)+", ", ")
+        .str.strip_chars(" ,.")
+    )
+    frame = groups.select(
+        pl.col("line"),
+        *_envelope_columns(),
+        era.alias("era"),
+        field["engine"].cast(pl.Int64, strict=False).alias("engine"),
+        field["prompt_throughput"].cast(pl.Float64, strict=False).alias("prompt_throughput"),
+        pl.coalesce(field["generation_throughput"], field["throughput_v01"])
+        .cast(pl.Float64, strict=False)
+        .alias("generation_throughput"),
+        field["running"].cast(pl.Int64, strict=False).alias("running"),
+        field["waiting"].cast(pl.Int64, strict=False).alias("waiting"),
+        field["swapped"].cast(pl.Int64, strict=False).alias("swapped"),
+        field["deferred"].cast(pl.Int64, strict=False).alias("deferred"),
+        field["preemptions"].cast(pl.Int64, strict=False).alias("preemptions"),
+        field["kv_device"].alias("kv_device"),
+        _pct(field["gpu_kv_cache_usage"]).alias("gpu_kv_cache_usage"),
+        pl.when(era == "v0")
+        .then(_pct(field["cpu_kv_cache_usage"]))
+        .otherwise(None)
+        .alias("cpu_kv_cache_usage"),
+        _pct(field["prefix_cache_hit_rate"]).alias("prefix_cache_hit_rate"),
+        _pct(field["external_prefix_cache_hit_rate"]).alias("external_prefix_cache_hit_rate"),
+        _pct(field["mm_cache_hit_rate"]).alias("mm_cache_hit_rate"),
+        pl.when(extra == "").then(None).otherwise(extra).alias("extra"),
+    )
+    return frame
+
+
+def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
+    groups = sub.select(
+        pl.col("line"), pl.col("raw").str.extract_groups(_REQ_EXTRACT).alias("g")
+    ).unnest("g")
+    event: pl.Expr = pl.lit(None, dtype=pl.String)
+    for row in reversed(cat.REQUEST_ROWS):
+        event = (
+            pl.when(pl.col(f"rid_{row.name}").is_not_null())
+            .then(pl.lit(row.constants["event"]))
+            .otherwise(event)
+        )
+    rid = pl.coalesce([pl.col(f"rid_{row.name}") for row in cat.REQUEST_ROWS])
+    return groups.select(
+        pl.col("line"),
+        *_envelope_columns(),
+        event.alias("event"),
+        rid.str.strip_chars_end(".").alias("request_id"),
+    )
+
+
+def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
+    groups = sub.select(
+        pl.col("line"), pl.col("raw").str.extract_groups(_ACCESS_EXTRACT).alias("g")
+    ).unnest("g")
+    return groups.select(
+        pl.col("line"),
+        pl.col("proc").str.strip_chars().alias("process"),
+        pl.col("pid").cast(pl.Int64, strict=False),
+        pl.col("level"),
+        *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms")],
+        pl.col("wts").alias("_wts"),
+        pl.lit(None, dtype=pl.String).alias("_ats"),
+        pl.col("client"),
+        pl.col("method"),
+        pl.col("path"),
+        pl.col("http_version"),
+        pl.col("status").cast(pl.Int64, strict=False),
+    )
+
+
+def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
+    pattern = _UVI_OTHER_EXTRACT if uvicorn else _OTHER_EXTRACT
+    groups = sub.select(
+        pl.col("line"), pl.col("raw").str.extract_groups(pattern).alias("g")
+    ).unnest("g")
+    if uvicorn:
+        envelope = [
+            pl.col("proc").str.strip_chars().alias("process"),
+            pl.col("pid").cast(pl.Int64, strict=False),
+            pl.col("level"),
+            *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms")],
+            pl.col("wts").alias("_wts"),
+            pl.lit(None, dtype=pl.String).alias("_ats"),
+        ]
+        location = [
+            pl.lit("uvicorn").alias("logger_file"),
+            pl.lit(None, dtype=pl.Int64).alias("logger_line"),
+        ]
+    else:
+        envelope = _envelope_columns()
+        location = [
+            pl.col("file").alias("logger_file"),
+            pl.col("lineno").cast(pl.Int64, strict=False).alias("logger_line"),
+        ]
+    return groups.select(pl.col("line"), *envelope, *location, pl.col("msg").alias("message"))
+
+
+@dataclass
+class _Batch:
+    frames: dict[str, list[pl.DataFrame]]
+    accounting: LineAccounting
+
+
+def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool) -> _Batch:
+    """Route every line and extract the vectorised kinds; odd lines go to _lines."""
+    n = raw.len()
+    frames: dict[str, list[pl.DataFrame]] = {kind: [] for kind in FRAME_SCHEMAS}
+    accounting = LineAccounting(lines=n)
+    if n == 0:
+        return _Batch(frames, accounting)
+    df = pl.DataFrame({"raw": raw}).with_columns(
+        pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
+    )
+    if df.select(pl.col("raw").str.contains(_ANSI_PROBE).any()).item():
+        df = df.with_columns(
+            pl.when(pl.col("raw").str.contains(_ANSI_PROBE))
+            .then(pl.col("raw").str.replace_all(cat.ANSI, ""))
+            .otherwise(pl.col("raw"))
+        )
+    df = df.with_columns(
+        pl.col("raw").str.contains(r"^\s*$").alias("blank"),
+        pl.col("raw").str.count_matches(cat.HEADER_CORE).alias("hdr"),
+        pl.col("raw").str.contains(_CAND).alias("cand"),
+        pl.col("raw").str.contains(_UVICORN_PROBE).alias("uvi"),
+        pl.col("raw").str.contains("\r", literal=True).alias("cr"),
+    )
+    hdr = pl.col("hdr")
+    raw_c = pl.col("raw")
+    route = (
+        pl.when(pl.col("blank"))
+        .then(pl.lit("blank"))
+        .when(raw_c.str.starts_with("{"))
+        .then(pl.lit("py"))
+        .when(pl.col("cr") & ~raw_c.str.contains(r"^[^\r]*\r\n?$"))
+        .then(pl.lit("py"))
+        .when(~pl.col("cand"))
+        .then(
+            pl.when(hdr == 1)
+            .then(pl.lit("other"))
+            .when((hdr == 0) & pl.col("uvi"))
+            .then(pl.lit("other_uvi"))
+            .otherwise(pl.lit("py"))
+        )
+        .when(raw_c.str.contains(_PY_LIT))
+        .then(pl.lit("py"))
+        .when(raw_c.str.contains(_STATS_LIT))
+        .then(
+            pl.when((hdr == 1) & raw_c.str.contains(_STATS_VALID))
+            .then(pl.lit("stats"))
+            .otherwise(pl.lit("py"))
+        )
+        .when((hdr == 1) & raw_c.str.contains(_REQ_VALID))
+        .then(pl.lit("requests"))
+        .when((hdr == 0) & pl.col("uvi") & raw_c.str.contains(_ACCESS_EXTRACT))
+        .then(pl.lit("access"))
+        .when(hdr == 1)
+        .then(pl.lit("other"))
+        .when((hdr == 0) & pl.col("uvi"))
+        .then(pl.lit("other_uvi"))
+        .otherwise(pl.lit("py"))
+    )
+    # Only candidate lines pay for the per-kind checks.
+    plain = df.filter(~pl.col("cand"))
+    cands = df.filter(pl.col("cand"))
+    routed = pl.concat(
+        [
+            plain.select("line", "raw", "blank", "hdr", "uvi", "cr", route.alias("route")),
+            cands.select("line", "raw", "blank", "hdr", "uvi", "cr", route.alias("route")),
+        ]
+    )
+    counts = dict(routed.group_by("route").len().iter_rows())
+    accounting.blank_lines = int(counts.get("blank", 0))
+    fast_parsed = sum(int(v) for k, v in counts.items() if k not in ("blank", "py"))
+
+    stats = routed.filter(pl.col("route") == "stats")
+    if stats.height:
+        frames["scheduler_stats"].append(_stats_frame(stats))
+    if want_all:
+        for route_name, builder in (
+            ("requests", _requests_frame),
+            ("access", _access_frame),
+        ):
+            sub = routed.filter(pl.col("route") == route_name)
+            if sub.height:
+                frames[route_name].append(builder(sub))
+        sub = routed.filter(pl.col("route") == "other")
+        if sub.height:
+            frames["other"].append(_other_frame(sub, uvicorn=False))
+        sub = routed.filter(pl.col("route") == "other_uvi")
+        if sub.height:
+            frames["other"].append(_other_frame(sub, uvicorn=True))
+    else:
+        for route_name, kind in (("requests", "requests"), ("access", "access")):
+            if counts.get(route_name):
+                frames[kind].append(_count_only(kind, int(counts[route_name])))
+        other_count = int(counts.get("other", 0)) + int(counts.get("other_uvi", 0))
+        if other_count:
+            frames["other"].append(_count_only("other", other_count))
+
+    odd = routed.filter(pl.col("route") == "py").sort("line")
+    parsed = 0
+    if odd.height:
+        prev_of = df.select(
+            pl.col("line"), pl.col("raw").shift(1, fill_value=previous).alias("prev")
+        )
+        odd = odd.join(prev_of, on="line", how="left").sort("line")
+        result = _lines.parse_odd_lines(
+            [(int(a), str(b), c) for a, b, c in odd.select("line", "raw", "prev").iter_rows()]
+        )
+        parsed = result.parsed_lines
+        accounting.blank_lines += result.blank_lines
+        for kind, rows in result.rows.items():
+            frames[kind].append(_rows_frame(kind, rows))
+        if result.unrecognized:
+            frames["unrecognized"].append(
+                pl.DataFrame(
+                    {
+                        "line": [line for line, _ in result.unrecognized],
+                        "text": [text for _, text in result.unrecognized],
+                    },
+                    schema={"line": pl.Int64, "text": pl.String},
+                )
+            )
+        accounting.unrecognized_lines = len(result.unrecognized)
+    accounting.parsed_lines = fast_parsed + parsed
+    return _Batch(frames, accounting)
+
+
+_COUNT_ONLY = "_count_only"
+
+
+def _count_only(kind: str, count: int) -> pl.DataFrame:
+    """Summary mode: `count` rows of nulls (only their number is used) with the kind's columns."""
+    columns = _kind_columns(kind)
+    frame = pl.DataFrame({"line": pl.Series([None] * count, dtype=pl.Int64)}).with_columns(
+        [pl.lit(None, dtype=dt).alias(name) for name, dt in columns.items() if name != "line"]
+    )
+    return frame
+
+
+def _rows_frame(kind: str, rows: list[dict[str, object]]) -> pl.DataFrame:
+    columns = _kind_columns(kind)
+    data = {name: [row.get(name) for row in rows] for name in columns}
+    return pl.DataFrame(data, schema=columns)
+
+
+def _finish(
+    batch: _Batch,
+    *,
+    source: str,
+    deployment: str,
+    options: ParseOptions,
+    state: ParseState,
+) -> LogFrames:
+    result = LogFrames(source=source, deployment=deployment, timezone=options.tz)
+    result.accounting = batch.accounting
+    kinds: dict[str, pl.DataFrame] = {}
+    for kind, parts in batch.frames.items():
+        if kind == "unrecognized":
+            continue
+        columns = _kind_columns(kind)
+        kinds[kind] = (
+            pl.concat([p.select(list(columns)).cast(pl.Schema(columns)) for p in parts]).sort(
+                "line", nulls_last=True
+            )
+            if parts
+            else _empty(columns)
+        )
+    marks = (
+        pl.concat(
+            [
+                frame.select("line", "_mon", "_day", "_hms", "_wts").filter(
+                    pl.col("_mon").is_not_null()
+                )
+                for frame in kinds.values()
+            ]
+        )
+        .unique("line", keep="first")
+        .sort("line")
+    )
+    years = line_years(
+        marks,
+        state.years,
+        tz=options.tz,
+        year=options.year,
+        start=options.start,
+        reference=options.reference_time,
+    )
+    if state.years.source is None and any(
+        frame.select(pl.col("_ats").is_not_null().any()).item() for frame in kinds.values()
+    ):
+        state.years.source = "json"
+    for kind, frame in kinds.items():
+        stamped = stamp(frame, years, options.tz)
+        schema = FRAME_SCHEMAS[kind]
+        stamped = stamped.with_columns(
+            pl.lit(source, dtype=pl.String).alias("source"),
+            pl.lit(deployment, dtype=pl.String).alias("deployment"),
+        )
+        result.frames[kind] = stamped.select(list(schema)).cast(schema)
+    unrec = batch.frames["unrecognized"]
+    if unrec:
+        result.frames["unrecognized"] = (
+            pl.concat(unrec)
+            .with_columns(
+                pl.lit(source, dtype=pl.String).alias("source"),
+                pl.lit(deployment, dtype=pl.String).alias("deployment"),
+            )
+            .select(list(FRAME_SCHEMAS["unrecognized"]))
+        )
+    result.year_source = state.years.source
+    result.vllm_version, result.log_era = _version_and_era(result)
+    return result
+
+
+def _version_and_era(frames: LogFrames) -> tuple[str | None, str | None]:
+    config = frames["config"]
+    versions = config.filter(pl.col("key") == "vllm_version")["value"]
+    version = versions[0] if versions.len() else None
+    eras = set(frames["scheduler_stats"]["era"].drop_nulls().unique().to_list())
+    engines = config.filter(pl.col("key") == "engine_version")["value"].to_list()
+    eras |= {e.lower() for e in engines if e in ("V0", "V1")}
+    if not eras:
+        era = None
+    elif len(eras) == 1:
+        era = eras.pop()
+    else:
+        era = "mixed"
+    return version, era
+
+
+def _held_back(raw: str) -> bool:
+    """A last line that may continue in the next batch (a hard-wrapped record)."""
+    text = raw.rstrip("\r\n")
+    return len(text) >= _lines.WRAP_MIN and not text.endswith(_lines.TERMINAL)
+
+
+def _parse_series(
+    raw: pl.Series,
+    *,
+    first_line: int,
+    source: str,
+    deployment: str,
+    options: ParseOptions,
+    state: ParseState,
+    final: bool,
+    want_all: bool,
+) -> LogFrames:
+    if state.pending:
+        first_line = state.pending[0][0]
+        raw = pl.concat([pl.Series("raw", [t for _, t in state.pending], dtype=pl.String), raw])
+        state.pending = []
+    if not final and raw.len() and _held_back(raw[-1]):
+        state.pending = [(first_line + raw.len() - 1, raw[-1])]
+        raw = raw.head(raw.len() - 1)
+    previous = state.last_raw
+    if raw.len():
+        state.last_raw = raw[-1]
+    batch = _route(raw, first_line, previous, want_all)
+    return _finish(batch, source=source, deployment=deployment, options=options, state=state)
+
+
+def parse_lines(
+    lines: Iterable[str],
+    *,
+    source: str,
+    deployment: str,
+    first_line: int = 1,
+    options: ParseOptions = ParseOptions(),
+    state: ParseState | None = None,
+    final: bool | None = None,
+) -> LogFrames:
+    """Parse a batch of physical lines (no trailing newline needed).
+
+    With a `state`, batches of one source give the same frames as one go: a last line that may
+    be the first half of a hard-wrapped record is held back until the next batch, or until a
+    call with `final=True` (default: final unless a state is given).
+    """
+    own_state = state if state is not None else ParseState()
+    is_final = final if final is not None else state is None
+    raw = pl.Series("raw", list(lines), dtype=pl.String)
+    return _parse_series(
+        raw,
+        first_line=first_line,
+        source=source,
+        deployment=deployment,
+        options=options,
+        state=own_state,
+        final=is_final,
+        want_all=True,
+    )
+
+
+def _options_for(path: str, options: ParseOptions) -> ParseOptions:
+    if options.reference_time is not None or path == "-":
+        return options
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return options
+    return ParseOptions(
+        year=options.year,
+        start=options.start,
+        tz=options.tz,
+        reference_time=datetime.fromtimestamp(mtime, tz=UTC),
+    )
+
+
+def iter_parse_path(
+    path: str | Path,
+    *,
+    deployment: str | None = None,
+    options: ParseOptions = ParseOptions(),
+    chunk_bytes: int = CHUNK_BYTES,
+    summary_only: bool = False,
+) -> Iterator[LogFrames]:
+    """Stream a file chunk by chunk: one LogFrames per chunk, memory flat in the file size.
+
+    With `summary_only`, requests/access/other rows are counted but their columns are not
+    extracted (all-null rows): what `parse --json` needs, at a fraction of the cost.
+    """
+    name = str(path)
+    dep = deployment or display_name(name)
+    opts = _options_for(name, options)
+    state = ParseState()
+    next_line = 1
+    chunks = iter_chunks(name, chunk_bytes)
+    current = next(chunks, None)
+    while current is not None:
+        following = next(chunks, None)
+        raw = split_lines(current)
+        frames = _parse_series(
+            raw,
+            first_line=next_line,
+            source=name,
+            deployment=dep,
+            options=opts,
+            state=state,
+            final=following is None,
+            want_all=not summary_only,
+        )
+        next_line += raw.len()
+        yield frames
+        current = following
+
+
+def parse_path(
+    path: str | Path,
+    *,
+    deployment: str | None = None,
+    options: ParseOptions = ParseOptions(),
+) -> LogFrames:
+    """Parse one file (plain or .gz) or "-" for stdin into frames; InputError if unreadable."""
+    name = str(path)
+    if name != "-" and Path(name).is_dir():
+        raise InputError(name, "is a directory (use iter_log_paths to expand it)")
+    combined: LogFrames | None = None
+    for part in iter_parse_path(name, deployment=deployment, options=options):
+        if combined is None:
+            combined = part
+        else:
+            combined.extend(part)
+    if combined is None:
+        combined = LogFrames(
+            source=name, deployment=deployment or display_name(name), timezone=options.tz
+        )
+    return combined
+
+
+def iter_log_paths(specs: Sequence[str]) -> Iterator[tuple[str, str | None]]:
+    """Expand files, directories (recursive), globs, "-" and "PATH=NAME" into (path, name)."""
+    for spec in specs:
+        path, name = spec, None
+        if "=" in spec and not Path(spec).exists():
+            path, _, name = spec.rpartition("=")
+            name = name or None
+        if path == "-":
+            yield path, name
+            continue
+        candidate = Path(path)
+        if candidate.is_dir():
+            found = sorted(p for p in candidate.rglob("*") if p.is_file())
+            if not found:
+                raise InputError(path, "directory contains no files")
+            for item in found:
+                yield str(item), name
+            continue
+        if candidate.exists():
+            yield path, name
+            continue
+        matches = sorted(glob.glob(path, recursive=True))
+        if not matches:
+            raise InputError(path, "no such file, directory or glob match")
+        for match in matches:
+            if Path(match).is_dir():
+                yield from iter_log_paths(
+                    [str(Path(match))] if name is None else [f"{match}={name}"]
+                )
+            else:
+                yield match, name
