@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-
 from preemptscope.analysis.kvmodel import (
     DEFAULT_ACTIVATION_GIB,
     DEFAULT_NON_TORCH_GIB,
@@ -22,6 +21,7 @@ from preemptscope.analysis.kvmodel import (
     kv_capacity,
     weights_gib,
 )
+
 from preemptscope.errors import ConfigError
 
 Policy = Literal["fcfs", "priority"]

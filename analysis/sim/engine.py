@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-
 from preemptscope.analysis.kvmodel import KVCapacity
 from preemptscope.analysis.sim.config import SimConfig, StepCostModel
 from preemptscope.analysis.sim.workload import FloatArray, IntArray, Workload
+
 from preemptscope.errors import ConfigError
 
 
@@ -66,6 +66,7 @@ class SimResult:
     num_preemptions: IntArray  # per request
     preempt_time: FloatArray  # one entry per preemption, in order
     preempt_request: IntArray
+    resume_time: FloatArray  # per preemption: when the victim was scheduled again (NaN: never)
     token_request: IntArray  # one entry per output token (empty unless record_tokens)
     token_time: FloatArray
     end_time: float
@@ -92,7 +93,7 @@ class SimResult:
         return out
 
     def itls(self) -> tuple[IntArray, FloatArray, FloatArray]:
-        """(request index, token time, gap to the previous token) for every token after the first."""
+        """(request index, token time, gap to the previous token) for each token but the first."""
         if not len(self.token_request):
             empty_i: IntArray = np.zeros(0, dtype=np.int64)
             empty_f: FloatArray = np.zeros(0, dtype=np.float64)
@@ -180,6 +181,7 @@ def simulate(
     npre = np.zeros(n, dtype=np.int64)
     pre_t: list[float] = []
     pre_r: list[int] = []
+    resumes: list[tuple[int, float]] = []
     tok_req: list[IntArray] = []
     tok_time: list[FloatArray] = []
 
@@ -280,6 +282,8 @@ def simulate(
                 admitted_q.append(tokens)
                 if np.isnan(first_sched[r]):
                     first_sched[r] = clock
+                elif npre[r]:
+                    resumes.append((r, clock))
         if admitted:
             adm = np.asarray(admitted, dtype=np.int64)
             sched_idx = np.concatenate([sched_idx, adm])
@@ -417,11 +421,27 @@ def simulate(
         num_preemptions=npre,
         preempt_time=np.asarray(pre_t, dtype=np.float64),
         preempt_request=np.asarray(pre_r, dtype=np.int64),
+        resume_time=_resume_times(pre_r, resumes, n),
         token_request=token_request,
         token_time=token_time,
         end_time=clock,
         clamped_requests=clamped,
     )
+
+
+def _resume_times(pre_r: list[int], resumes: list[tuple[int, float]], n: int) -> FloatArray:
+    """Match each preemption to the victim's next re-admission, in order per request."""
+    out = np.full(len(pre_r), np.nan)
+    pending: dict[int, list[int]] = {}
+    for k, r in enumerate(pre_r):
+        pending.setdefault(r, []).append(k)
+    cursor = dict.fromkeys(pending, 0)
+    for r, t in resumes:
+        ks = pending.get(r)
+        if ks is not None and cursor[r] < len(ks):
+            out[ks[cursor[r]]] = t
+            cursor[r] += 1
+    return out
 
 
 def _fast_forward(

@@ -1,0 +1,290 @@
+"""What-if: replay an observed workload under other vLLM settings and predict the outcome.
+
+`predict(workload, changes, base=...)` simulates the baseline and the changed configuration on
+the SAME arrivals and lengths, so differences come from the settings alone. The advice quotes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+from preemptscope.analysis.kvmodel import GIB, kv_bytes_per_token, weights_gib
+from preemptscope.analysis.sim.config import SimConfig
+from preemptscope.analysis.sim.engine import SimResult, simulate
+from preemptscope.analysis.sim.workload import LengthDist, Workload, synthetic
+
+from preemptscope.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class WhatIfOutcome:
+    """Predicted behaviour of one configuration on the workload."""
+
+    settings: dict[str, Any]
+    num_gpu_blocks: int
+    kv_cache_tokens: int
+    requests: int
+    finished: int
+    preemptions: int
+    preempted_requests: int
+    output_throughput: float  # generated tokens/s over the replay
+    request_throughput: float  # finished requests/s
+    e2e_mean: float | None
+    e2e_p99: float | None
+    ttft_mean: float | None
+    ttft_p99: float | None
+    recomputed_tokens: int  # prefill work redone because of preemption
+
+    @property
+    def e2e_p99_over_mean(self) -> float | None:
+        if self.e2e_mean and self.e2e_p99 is not None:
+            return self.e2e_p99 / self.e2e_mean
+        return None
+
+
+@dataclass(frozen=True)
+class WhatIfResult:
+    changes: dict[str, Any]
+    baseline: WhatIfOutcome
+    candidate: WhatIfOutcome
+    workload: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _settings(config: SimConfig) -> dict[str, Any]:
+    return {
+        "model": config.model.name,
+        "gpu": config.gpu.name,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "max_model_len": config.max_model_len,
+        "block_size": config.block_size,
+        "scheduling_policy": config.scheduling_policy,
+        "num_gpu_blocks_override": config.num_gpu_blocks_override,
+    }
+
+
+def _pct(values: np.ndarray[Any, Any], q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def _mean(values: np.ndarray[Any, Any]) -> float | None:
+    return float(values.mean()) if len(values) else None
+
+
+def outcome(result: SimResult) -> WhatIfOutcome:
+    """Summarise one simulation as the figures the advice and the CLI quote."""
+    e2e, ttft = result.e2e(), result.ttft()
+    span = result.end_time - (float(result.workload.arrival[0]) if len(result.workload) else 0.0)
+    finished = int(result.finished_mask.sum())
+    prompt_total = int(result.prompt_len.sum())
+    recomputed = max(0, int(result.steps.prefill_tokens.sum()) - prompt_total)
+    return WhatIfOutcome(
+        settings=_settings(result.config),
+        num_gpu_blocks=result.capacity.num_gpu_blocks,
+        kv_cache_tokens=result.capacity.kv_cache_tokens,
+        requests=len(result.workload),
+        finished=finished,
+        preemptions=result.total_preemptions,
+        preempted_requests=int(np.count_nonzero(result.num_preemptions)),
+        output_throughput=result.output_throughput(),
+        request_throughput=finished / span if span > 0 else 0.0,
+        e2e_mean=_mean(e2e),
+        e2e_p99=_pct(e2e, 99),
+        ttft_mean=_mean(ttft),
+        ttft_p99=_pct(ttft, 99),
+        recomputed_tokens=recomputed,
+    )
+
+
+def with_memory_change(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig:
+    """Apply changes; when the base was calibrated to an observed block count, a new
+    gpu_memory_utilization moves the block count by the memory it adds, as vLLM would."""
+    config = base.with_changes(changes)
+    if base.num_gpu_blocks_override is None:
+        return config
+    touches_memory = any(
+        k.lstrip("-").replace("-", "_") in ("gpu_memory_utilization", "tensor_parallel_size", "tp")
+        for k in changes
+    )
+    overrides_blocks = any(
+        k.lstrip("-").replace("-", "_") == "num_gpu_blocks_override" for k in changes
+    )
+    if not touches_memory or overrides_blocks:
+        return config
+    old, new = base.capacity(), dataclasses.replace(config, num_gpu_blocks_override=None)
+    # Observed KV memory + the memory the change frees or adds (per GPU).
+    extra = (new.gpu_memory_utilization - base.gpu_memory_utilization) * base.gpu.memory_gib
+    extra -= weights_gib(new.model, tp=new.tensor_parallel_size) - weights_gib(
+        base.model, tp=base.tensor_parallel_size
+    )
+    block_bytes = (
+        kv_bytes_per_token(
+            new.model,
+            kv_dtype_bytes=new.kv_cache_dtype_bytes,
+            tp=new.tensor_parallel_size,
+            pp=new.pipeline_parallel_size,
+        )
+        * new.block_size
+    )
+    kv_bytes = old.num_gpu_blocks * old.bytes_per_token * old.block_size + extra * GIB
+    if kv_bytes <= 0:
+        raise ConfigError("the change leaves no memory for the KV cache")
+    return dataclasses.replace(config, num_gpu_blocks_override=int(kv_bytes // block_bytes))
+
+
+def predict(
+    workload: Workload,
+    changes: Mapping[str, Any],
+    *,
+    base: SimConfig | None = None,
+    until: float | None = None,
+) -> WhatIfResult:
+    """Replay `workload` under `base` and under `base` with `changes` (vLLM flag names)."""
+    base_config = base or SimConfig()
+    candidate_config = with_memory_change(base_config, changes)
+    baseline = outcome(simulate(workload, base_config, until=until, record_tokens=False))
+    candidate = outcome(simulate(workload, candidate_config, until=until, record_tokens=False))
+    return WhatIfResult(
+        changes=dict(changes), baseline=baseline, candidate=candidate, workload=workload.description
+    )
+
+
+def sweep(
+    workload: Workload,
+    setting: str,
+    values: Sequence[Any],
+    *,
+    base: SimConfig | None = None,
+    until: float | None = None,
+) -> list[WhatIfOutcome]:
+    """One outcome per value of one setting (the what-if curve the dashboards draw)."""
+    base_config = base or SimConfig()
+    return [
+        outcome(
+            simulate(
+                workload,
+                with_memory_change(base_config, {setting: value}),
+                until=until,
+                record_tokens=False,
+            )
+        )
+        for value in values
+    ]
+
+
+@dataclass(frozen=True)
+class ObservedLoad:
+    """What a parsed log says about the offered load (the what-if's input when no bench JSON)."""
+
+    duration: float
+    request_rate: float
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    arrivals: list[float]  # seconds from the first stats record; empty when unknown
+    basis: str  # how it was estimated, quoted to the user
+
+
+def observed_load(
+    stats: pl.DataFrame, requests: pl.DataFrame | None, *, output_tokens: float | None = None
+) -> ObservedLoad:
+    """Estimate the offered load from scheduler-stats (and request lifecycle) frames.
+
+    Token totals integrate the per-interval throughputs. The request count comes from
+    `added`/`received` lines when the log has them; otherwise from the generation total
+    divided by `output_tokens` (an assumption the caller must state).
+    """
+    frame = stats.filter(pl.col("timestamp").is_not_null()).sort("timestamp")
+    if frame.height < 2:
+        raise ConfigError("the log needs at least two timestamped stats records for a what-if")
+    ts = frame["timestamp"].dt.epoch("us").cast(pl.Float64) / 1e6
+    times = ts.to_numpy()
+    gaps = np.diff(times)
+    duration = float(times[-1] - times[0])
+    prompt_tokens = float((frame["prompt_throughput"].fill_null(0).to_numpy()[1:] * gaps).sum())
+    gen_tokens = float((frame["generation_throughput"].fill_null(0).to_numpy()[1:] * gaps).sum())
+    arrivals: list[float] = []
+    if requests is not None and requests.height:
+        starts = requests.filter(
+            pl.col("event").is_in(["added", "received"]) & pl.col("timestamp").is_not_null()
+        ).unique(subset=["request_id"], keep="first")
+        if starts.height:
+            arr = starts["timestamp"].dt.epoch("us").cast(pl.Float64).to_numpy() / 1e6
+            arrivals = sorted(float(a - times[0]) for a in arr if times[0] <= a <= times[-1])
+    if arrivals:
+        count = float(len(arrivals))
+        basis = f"{len(arrivals)} request lines; token totals from stats throughputs"
+    elif output_tokens:
+        count = gen_tokens / output_tokens
+        basis = f"generation total / assumed {output_tokens:g} output tokens per request"
+    else:
+        raise ConfigError(
+            "the log has no request lines; give the mean output length (--output-len) "
+            "so the request rate can be estimated from the generation throughput"
+        )
+    if count <= 0 or duration <= 0:
+        raise ConfigError("the log shows no traffic to replay")
+    return ObservedLoad(
+        duration=duration,
+        request_rate=count / duration,
+        mean_prompt_tokens=max(1.0, prompt_tokens / count),
+        mean_output_tokens=max(1.0, gen_tokens / count),
+        arrivals=arrivals,
+        basis=basis,
+    )
+
+
+def workload_from_observed(load: ObservedLoad, *, seed: int = 0, cv: float = 0.6) -> Workload:
+    """A replayable workload matching an observed load (lognormal lengths around the means)."""
+    prompt = LengthDist("lognormal", load.mean_prompt_tokens, cv, 1, 1_000_000)
+    output = LengthDist("lognormal", load.mean_output_tokens, cv, 1, 1_000_000)
+    if load.arrivals:
+        rng = np.random.default_rng(seed)
+        n = len(load.arrivals)
+        return Workload(
+            arrival=np.asarray(load.arrivals, dtype=np.float64),
+            prompt_len=prompt.sample(rng, n),
+            output_len=output.sample(rng, n),
+            priority=np.zeros(n, dtype=np.int64),
+            description={"kind": "observed", "basis": load.basis, "requests": n, "seed": seed},
+        )
+    wl = synthetic(
+        rate=load.request_rate,
+        duration=max(load.duration, 1.0),
+        seed=seed,
+        prompt=prompt,
+        output=output,
+    )
+    return dataclasses.replace(
+        wl, description={**wl.description, "kind": "observed", "basis": load.basis}
+    )
+
+
+def calibrated_base(
+    base: SimConfig, *, num_gpu_blocks: int | None, settings: Mapping[str, Any]
+) -> SimConfig:
+    """The base config made to match what a log or report observed (blocks, flags)."""
+    known = {f.name for f in dataclasses.fields(SimConfig)}
+    clean = {k: v for k, v in settings.items() if k in known and v is not None}
+    config = dataclasses.replace(base, **clean)
+    if num_gpu_blocks is not None and num_gpu_blocks > 0:
+        config = dataclasses.replace(config, num_gpu_blocks_override=num_gpu_blocks)
+        if config.max_model_len > num_gpu_blocks * config.block_size:
+            config = dataclasses.replace(config, max_model_len=num_gpu_blocks * config.block_size)
+    return config
+
+
+def fmt_seconds(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:.2f}s" if value < 100 else f"{value:.0f}s"
