@@ -9,7 +9,7 @@ import pytest
 from preemptscope.analysis.kvmodel import GPU_PRESETS
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import _schedule_running_with_preemption, _Waiting, simulate
-from preemptscope.analysis.sim.workload import LengthDist, Workload, synthetic
+from preemptscope.analysis.sim.workload import FloatArray, LengthDist, Workload, synthetic
 
 
 def burst(n: int, prompt: int, output: int, *, priorities: list[int] | None = None) -> Workload:
@@ -140,7 +140,7 @@ def test_fast_forward_changes_nothing(gpu: str) -> None:
     slow = simulate(workload, config, fast_forward=False)
 
     # Same trajectory; times differ only by float summation order (cumsum vs one by one).
-    def same(a: np.ndarray, b: np.ndarray) -> bool:  # type: ignore[type-arg]
+    def same(a: FloatArray, b: FloatArray) -> bool:
         return a.shape == b.shape and bool(np.allclose(a, b, rtol=0, atol=1e-6, equal_nan=True))
 
     assert same(fast.finish, slow.finish)
