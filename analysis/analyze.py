@@ -306,6 +306,8 @@ def capacity_facts(
     block_size = _as_int(config.get("block_size"))
     if tokens is None and blocks is not None and block_size:
         tokens = blocks * block_size
+    if block_size is None and tokens and blocks and tokens % blocks == 0:
+        block_size = int(tokens // blocks)  # V1 logs tokens and blocks but not the block size
     context = kv["max_concurrency"][1] if "max_concurrency" in kv else None
     concurrency = kv_value("max_concurrency") or _as_float(config.get("kv_cache_max_concurrency"))
     running = [w.running_max for w in windows if w.running_max is not None]
@@ -319,7 +321,8 @@ def capacity_facts(
         else None,
         available_kv_memory_gib=kv_value("available_kv_memory") or kv_value("memory_for_kv"),
         model_weights_gib=kv_value("model_weights"),
-        gpu_memory_utilization=_as_float(config.get("gpu_memory_utilization")),
+        gpu_memory_utilization=_as_float(config.get("gpu_memory_utilization"))
+        or kv_value("gpu_memory_utilization"),
         max_num_seqs=_as_int(config.get("max_num_seqs")),
         max_num_batched_tokens=_as_int(config.get("max_num_batched_tokens")),
         tensor_parallel_size=_as_int(config.get("tensor_parallel_size")),

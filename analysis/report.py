@@ -173,6 +173,7 @@ class SourceSummary:
     vllm_version: str | None = None
     log_era: str | None = None
     timezone: str | None = None
+    notes: list[str] = field(default_factory=list)  # caveats about this source, for people
 
 
 @dataclass(frozen=True)

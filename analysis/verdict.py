@@ -69,7 +69,8 @@ def decide(
     counted = (preemptions.total or 0) > 0 or (preemptions.since_start or 0) > 0
     evidence: list[Evidence] = []
 
-    if samples < params.min_samples and not counted:
+    over = [w for w in windows if w.over_capacity]
+    if samples < params.min_samples and not counted and not over:
         evidence.append(
             Evidence(
                 "samples",
@@ -96,7 +97,6 @@ def decide(
     current = [
         e for e in sustained if now is None or (now - e.end).total_seconds() <= params.stale_after_s
     ]
-    over = [w for w in windows if w.over_capacity]
     recent_over = [
         w for w in over if now is None or (now - w.end).total_seconds() <= params.stale_after_s
     ]
@@ -112,15 +112,14 @@ def decide(
             )
         )
     if over and now is not None:
-        age = (now - over[-1].end).total_seconds()
-        evidence.append(
-            Evidence(
-                "last_over_capacity",
-                f"last over-capacity window ended {_duration(max(age, 0.0))} before the end of "
-                f"the data ({_hhmm(now)})",
-                max(age, 0.0),
-            )
+        age = max((now - over[-1].end).total_seconds(), 0.0)
+        message = (
+            f"last over-capacity window ended {_duration(age)} before the end of the data "
+            f"({_hhmm(now)})"
+            if age > 0
+            else f"the data ends inside an over-capacity window ({_hhmm(now)})"
         )
+        evidence.append(Evidence("last_over_capacity", message, age))
 
     kv_high_fraction = (
         sum(1 for w in active if (w.kv_usage_max or 0) >= params.kv_high) / len(active)
@@ -155,14 +154,23 @@ def _preemption_evidence(
 ) -> list[Evidence]:
     out: list[Evidence] = []
     with_p = [w for w in windows if (preemption_signal(w) or 0) > 0 and not w.likely_preempting]
-    if preemptions.total is not None:
-        quality = "exact" if preemptions.exact else "lower bound"
-        source = preemptions.evidence.replace("_", " ")
+    if preemptions.evidence == "v0_warning_counter" and not preemptions.warning_lines:
         out.append(
             Evidence(
                 "preemptions",
-                f"{preemptions.total} preemptions ({quality}, from {source}) in {len(with_p)} of "
-                f"{len(active)} active windows",
+                "no preemption warning in this V0 log (V0 warns on the 1st, 51st, 101st, ... "
+                "preemption, so this is a lower bound of 0)",
+                0.0,
+            )
+        )
+    elif preemptions.total is not None:
+        quality = "exact" if preemptions.exact else "lower bound"
+        source = preemptions.evidence.replace("_", " ")
+        where = f" in {len(with_p)} of {len(active)} active windows" if active else ""
+        out.append(
+            Evidence(
+                "preemptions",
+                f"{preemptions.total} preemptions ({quality}, from {source}){where}",
                 float(preemptions.total),
             )
         )

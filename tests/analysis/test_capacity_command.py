@@ -119,3 +119,44 @@ def test_bad_config_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_gpu_memory_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["capacity", "--config", LLAMA3_8B]) == 2
     assert "--gpu-memory-gib" in capsys.readouterr().err
+
+
+CORPUS = Path(__file__).parent.parent / "fixtures" / "analysis" / "corpus"
+
+
+def _logged(path: Path) -> list[dict[str, object]]:
+    from preemptscope.ingest.logs import parse_path
+
+    frame = parse_path(str(path))["kv_capacity"]
+    return list(frame.select("kind", "value", "context_tokens").iter_rows(named=True))
+
+
+def test_capacity_agrees_with_the_parsed_startup_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    # Read the real log with the real parser, feed its memory figures to the calculator.
+    rows = _logged(CORPUS / "020-v064-bare-startup-gpu-blocks-no-prefix.log")
+    first = {r["kind"]: r for r in rows[: len(rows) // 2]}
+    out = capacity_json(
+        capsys,
+        "--config", LLAMA3_8B,
+        "--kv-memory-gib", str(first["memory_for_kv"]["value"]),
+        "--context-len", str(first["max_concurrency"]["context_tokens"]),
+    )  # fmt: skip
+    assert abs(out["num_gpu_blocks"] - float(str(first["gpu_blocks"]["value"]))) <= 2
+    assert round(out["max_concurrency"], 2) == first["max_concurrency"]["value"]
+
+    by_kind = {
+        r["kind"]: r
+        for r in _logged(CORPUS / "066-v091-v1-startup-kv-size-engine000-cache-config-info.log")
+    }
+    out = capacity_json(
+        capsys,
+        "--config", QWEN3_1_7B,
+        "--kv-memory-gib", str(by_kind["available_kv_memory"]["value"]),
+        "--context-len", str(by_kind["max_concurrency"]["context_tokens"]),
+    )  # fmt: skip
+    logged_tokens = float(str(by_kind["kv_cache_tokens"]["value"]))
+    assert abs(out["kv_cache_tokens"] - logged_tokens) <= 16  # one block
+    assert round(out["max_concurrency"], 2) == by_kind["max_concurrency"]["value"]
+    # and vLLM's own formula on the logged line: tokens / context = concurrency
+    context = float(str(by_kind["max_concurrency"]["context_tokens"]))
+    assert round(logged_tokens / context, 2) == by_kind["max_concurrency"]["value"]

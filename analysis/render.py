@@ -1,0 +1,263 @@
+"""The terminal summary of a Report (rich): the same facts as `--json`, for people.
+
+Text that comes from logs (paths, model names) is printed through rich's escaping, so a log
+cannot inject console markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from preemptscope.analysis.report import (
+    Capacity,
+    Correlation,
+    DeploymentReport,
+    Preemptions,
+    Report,
+    SourceSummary,
+    Window,
+)
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+STATE_STYLE = {
+    "ok": "bold green",
+    "at_risk": "bold yellow",
+    "over_capacity": "bold red",
+    "insufficient_data": "bold bright_black",
+}
+QUALITY_MARK = {"exact": "", "lower_bound": "≥", "inferred": "~", "none": ""}
+MAX_WINDOW_ROWS = 12
+
+
+def _time(value: datetime | None) -> str:
+    return value.strftime("%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def _num(value: float | int | None, fmt: str = "{:,.0f}") -> str:
+    return fmt.format(value) if value is not None else "-"
+
+
+def _pct(value: float | None) -> str:
+    return f"{value * 100:.0f} %" if value is not None else "-"
+
+
+def sources_table(sources: Sequence[SourceSummary]) -> Table:
+    table = Table(title="Sources", title_justify="left", expand=False)
+    for name in ("path", "kind", "deployment", "lines", "unrecognised", "era", "vLLM"):
+        table.add_column(
+            name,
+            justify="right" if name in ("lines", "unrecognised") else "left",
+            overflow="fold",
+        )
+    for s in sources:
+        table.add_row(
+            escape(s.path),
+            s.kind,
+            escape(s.deployment),
+            _num(s.lines),
+            _num(s.unrecognized_lines),
+            s.log_era or "-",
+            escape(s.vllm_version or "-"),
+        )
+    return table
+
+
+def _preemption_line(p: Preemptions) -> Text:
+    if p.total is None:
+        note = "inferred only (no count in these inputs)" if p.evidence == "inferred" else "none"
+        return Text(f"Preemptions: {note}")
+    quality = "exact" if p.exact else "lower bound"
+    parts = [
+        f"Preemptions: {p.total:,} ({quality}, from {p.evidence.replace('_', ' ')})",
+        f"in {p.windows_with_preemption} window(s)",
+    ]
+    if p.warning_lines:
+        parts.append(f"{p.warning_lines} V0 warning line(s)")
+    if p.since_start is not None:
+        parts.append(f"counter since engine start {p.since_start:,}")
+    if p.cache_reset_preemptions:
+        parts.append(f"{p.cache_reset_preemptions:,} in cache resets")
+    return Text("; ".join(parts))
+
+
+def capacity_table(c: Capacity) -> Table | None:
+    rows = [
+        ("model", escape(c.model) if c.model else None),
+        ("vLLM", escape(c.vllm_version) if c.vllm_version else None),
+        ("GPU blocks", _num(c.num_gpu_blocks) if c.num_gpu_blocks is not None else None),
+        ("block size", str(c.block_size) if c.block_size else None),
+        ("KV cache tokens", _num(c.kv_cache_tokens) if c.kv_cache_tokens is not None else None),
+        (
+            "max concurrency",
+            f"{c.max_concurrency:.2f}x for {_num(c.max_concurrency_context_tokens)} tokens"
+            if c.max_concurrency is not None
+            else None,
+        ),
+        (
+            "KV memory / GPU",
+            f"{c.available_kv_memory_gib:.2f} GiB" if c.available_kv_memory_gib else None,
+        ),
+        ("weights / GPU", f"{c.model_weights_gib:.2f} GiB" if c.model_weights_gib else None),
+        ("GPU memory", f"{c.gpu_memory_total_gib:.2f} GiB" if c.gpu_memory_total_gib else None),
+        ("gpu_memory_utilization", _opt(c.gpu_memory_utilization)),
+        ("max_num_seqs", _opt(c.max_num_seqs)),
+        ("max_num_batched_tokens", _opt(c.max_num_batched_tokens)),
+        ("tensor / pipeline parallel", _parallel(c)),
+        ("scheduling_policy", c.scheduling_policy),
+        ("max_model_len", _opt(c.max_model_len)),
+        (
+            "mean tokens / request",
+            _num(c.mean_tokens_per_request) if c.mean_tokens_per_request else None,
+        ),
+        ("peak running", _opt(c.peak_running)),
+    ]
+    shown = [(k, v) for k, v in rows if v is not None]
+    if not shown:
+        return None
+    table = Table(title="Capacity", title_justify="left", show_header=False)
+    table.add_column("fact")
+    table.add_column("value")
+    for key, value in shown:
+        table.add_row(key, value)
+    return table
+
+
+def _opt(value: float | int | None) -> str | None:
+    return None if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _parallel(c: Capacity) -> str | None:
+    if c.tensor_parallel_size is None and c.pipeline_parallel_size is None:
+        return None
+    return f"{c.tensor_parallel_size or 1} / {c.pipeline_parallel_size or 1}"
+
+
+def _tail(window: Window) -> str:
+    for name in ("e2e", "itl", "tpot", "ttft"):
+        stats = window.latency.get(name)
+        if stats is not None and stats.p99_over_mean is not None:
+            limited = "*" if stats.bucket_limited else ""
+            return f"{stats.p99_over_mean:.1f}{limited} ({name})"
+    return "-"
+
+
+def windows_table(windows: Sequence[Window]) -> Table:
+    """Over-capacity and preempting windows first (up to MAX_WINDOW_ROWS), in time order."""
+    interesting = [
+        w
+        for w in windows
+        if w.over_capacity or w.forced_preemptions or w.likely_preempting or (w.preemptions or 0)
+    ]
+    shown = interesting[:MAX_WINDOW_ROWS]
+    active = sum(1 for w in windows if w.samples and not w.idle)
+    idle = sum(1 for w in windows if w.idle)
+    over = sum(1 for w in windows if w.over_capacity)
+    title = f"Windows: {len(windows)} ({active} active, {idle} idle, {over} over capacity)" + (
+        f"; first {len(shown)} of {len(interesting)} notable" if shown else ""
+    )
+    table = Table(title=title, title_justify="left")
+    for name in ("start", "preempt", "KV max", "running", "waiting", "p99/mean", "state"):
+        table.add_column(name, justify="left" if name in ("start", "state") else "right")
+    for w in shown:
+        count = (
+            f"{QUALITY_MARK[w.preemption_quality]}{w.preemptions}"
+            if w.preemptions is not None
+            else ("likely" if w.likely_preempting else "-")
+        )
+        state = (
+            "cache reset"
+            if w.forced_preemptions
+            else "over capacity"
+            if w.over_capacity
+            else "idle"
+            if w.idle
+            else ""
+        )
+        table.add_row(
+            _time(w.start),
+            count,
+            _pct(w.kv_usage_max),
+            _num(w.running_max),
+            _num(w.waiting_max),
+            _tail(w),
+            state,
+        )
+    return table
+
+
+def _correlation_line(c: Correlation) -> Text | None:
+    if c.metric is None:
+        return None
+    parts = [f"Correlation ({c.metric}):"]
+    if c.p99_over_mean_with is not None or c.p99_over_mean_without is not None:
+        parts.append(
+            f"p99/mean {_num(c.p99_over_mean_with, '{:.2f}')} with preemption "
+            f"({c.windows_with_preemption} windows) vs {_num(c.p99_over_mean_without, '{:.2f}')} "
+            f"without ({c.windows_without_preemption})"
+        )
+    if c.spearman_rho is not None:
+        parts.append(f"Spearman rho {c.spearman_rho:+.2f}")
+    if c.best_lag_windows is not None and c.best_lag_rho is not None:
+        parts.append(f"strongest at lag {c.best_lag_windows} ({c.best_lag_rho:+.2f})")
+    return Text("; ".join(parts))
+
+
+def deployment_panel(d: DeploymentReport) -> Panel:
+    state = d.verdict.state
+    title = Text.assemble(
+        (escape(d.name), "bold"),
+        "  ",
+        (state.replace("_", " ").upper(), STATE_STYLE[state]),
+        f"  ({d.verdict.problem} problem)" if d.verdict.problem in ("capacity", "ordering") else "",
+    )
+    parts: list[RenderableType] = []
+    for e in d.verdict.evidence:
+        parts.append(Text(f"• {e.message}"))
+    parts.append(_preemption_line(d.preemptions))
+    correlation = _correlation_line(d.correlation)
+    if correlation is not None:
+        parts.append(correlation)
+    if d.windows:
+        table = windows_table(d.windows)
+        parts.append(table if table.row_count else Text(str(table.title)))
+    if d.episodes:
+        episodes = Table(title="Over-capacity episodes", title_justify="left")
+        for name in ("start", "end", "windows", "preemptions", "peak KV", "peak waiting"):
+            episodes.add_column(name)
+        for ep in d.episodes:
+            episodes.add_row(
+                _time(ep.start),
+                _time(ep.end),
+                str(ep.windows),
+                _num(ep.preemptions),
+                _pct(ep.peak_kv_usage),
+                _num(ep.peak_waiting),
+            )
+        parts.append(episodes)
+    capacity = capacity_table(d.capacity)
+    if capacity is not None:
+        parts.append(capacity)
+    if d.advice:
+        parts.append(Text("Advice, in the order to try it:", style="bold"))
+        for a in d.advice:
+            change = f"{a.flag}: {a.current or '?'} -> {a.suggested or 'lower'}" if a.flag else ""
+            parts.append(
+                Text.assemble(
+                    f"{a.rank}. ",
+                    (change or a.action.replace("_", " "), "bold"),
+                    f"  {a.reason}",
+                )
+            )
+    return Panel(Group(*parts), title=title, title_align="left")
+
+
+def render_report(report: Report, console: Console) -> None:
+    if report.sources:
+        console.print(sources_table(report.sources))
+    for deployment in report.deployments:
+        console.print(deployment_panel(deployment))
