@@ -15,7 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -557,11 +557,13 @@ def iter_parse_path(
     options: ParseOptions = ParseOptions(),
     chunk_bytes: int = CHUNK_BYTES,
     summary_only: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> Iterator[LogFrames]:
     """Stream a file chunk by chunk: one LogFrames per chunk, memory flat in the file size.
 
     With `summary_only`, requests/access/other rows are counted but their columns are not
     extracted (all-null rows): what `parse --json` needs, at a fraction of the cost.
+    `progress` is called with the number of bytes of each chunk read.
     """
     name = str(path)
     dep = deployment or display_name(name)
@@ -572,6 +574,8 @@ def iter_parse_path(
     current = next(chunks, None)
     while current is not None:
         following = next(chunks, None)
+        if progress is not None:
+            progress(len(current))
         raw = split_lines(current)
         frames = _parse_series(
             raw,
@@ -611,6 +615,10 @@ def parse_path(
     return combined
 
 
+# Files a directory scan skips: documentation, data and code next to the logs.
+_NOT_LOGS = frozenset({".md", ".json", ".parquet", ".html", ".png", ".py", ".pyc", ".csv"})
+
+
 def iter_log_paths(specs: Sequence[str]) -> Iterator[tuple[str, str | None]]:
     """Expand files, directories (recursive), globs, "-" and "PATH=NAME" into (path, name)."""
     for spec in specs:
@@ -623,7 +631,11 @@ def iter_log_paths(specs: Sequence[str]) -> Iterator[tuple[str, str | None]]:
             continue
         candidate = Path(path)
         if candidate.is_dir():
-            found = sorted(p for p in candidate.rglob("*") if p.is_file())
+            found = sorted(
+                p
+                for p in candidate.rglob("*")
+                if p.is_file() and not p.name.startswith(".") and p.suffix.lower() not in _NOT_LOGS
+            )
             if not found:
                 raise InputError(path, "directory contains no files")
             for item in found:

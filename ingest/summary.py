@@ -31,6 +31,8 @@ LAST_STATS_KEYS = (
     "generation_throughput",
 )
 
+TIMESPAN_KINDS = ("scheduler_stats", "preemption_warning", "kv_capacity", "config")
+
 
 @dataclass
 class PreemptionCounter:
@@ -134,8 +136,10 @@ class LogSummary:
             if complete.height:
                 row = complete.row(complete.height - 1, named=True)
                 self.last_stats = {key: _jsonable(row[key]) for key in LAST_STATS_KEYS}
-        for frame in frames.frames.values():
-            if "timestamp" not in frame.columns or frame.height == 0:
+        # Only kinds every mode extracts, so `--json` alone and `--json --out` agree.
+        for kind in TIMESPAN_KINDS:
+            frame = frames[kind]
+            if frame.height == 0:
                 continue
             ts = frame["timestamp"].drop_nulls()
             if ts.len():
