@@ -667,8 +667,10 @@ def render_bench_result(
     total_in = int(result.prompt_len[rows][done[rows]].sum())
     desc = wl.description
     schedule = desc.get("rate_schedule") or [[0.0, float("inf")]]
+    # vllm bench stamps `date` when the run ends (client local time; we write UTC).
+    finished_at = start.astimezone(UTC) + timedelta(seconds=t_first + duration)
     body: dict[str, Any] = {
-        "date": f"{start.astimezone(UTC):%Y%m%d-%H%M%S}",
+        "date": f"{finished_at:%Y%m%d-%H%M%S}",
         "endpoint_type": "openai",
         "backend": "vllm",
         "label": None,

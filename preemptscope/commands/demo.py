@@ -1,15 +1,213 @@
-"""`preemptscope demo` (placeholder until its issue lands)."""
+"""`preemptscope demo`: simulate an over-capacity and a healthy vLLM deployment, then report on them.
+
+The simulator (preemptscope.analysis.sim) writes the same files a real deployment leaves behind
+(server log, /metrics snapshots, `vllm bench serve` JSON) plus its ground truth; then the SAME
+pipeline as `preemptscope report` reads them back and prints verdict, evidence and advice.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+
+from preemptscope.analysis.analyze import AnalysisParams, analyze
+from preemptscope.analysis.render import render_report
+from preemptscope.analysis.report import Report
+from preemptscope.analysis.sim import writers
+from preemptscope.analysis.sim.engine import SimResult, simulate
+from preemptscope.analysis.sim.scenarios import demo_scenarios
+from preemptscope.commands.report import LoadOptions, load_inputs, parse_duration, parse_time
+from preemptscope.errors import InputError, PreemptscopeError
+from preemptscope.ingest.logs import ParseOptions
+
+DEFAULT_OUT = "demo-output"
+# Fixed by default so two runs with the same seed write identical files.
+DEFAULT_START = "2026-01-15T14:00:00+00:00"
+
+
+@dataclass(frozen=True)
+class Artefacts:
+    name: str
+    directory: Path
+    log: Path
+    metrics_dir: Path
+    bench: Path
+    ground_truth: Path
+    truth: dict[str, Any]
+
+
+def write_artefacts(
+    result: SimResult,
+    *,
+    name: str,
+    out: Path,
+    era: str,
+    start: datetime,
+    metrics_interval: float = 15.0,
+    window: float = 60.0,
+) -> Artefacts:
+    """Render a simulation and write it as a deployment's files under out/name/."""
+    directory = out / name
+    metrics_dir = directory / "metrics"
+    try:
+        metrics_dir.mkdir(parents=True, exist_ok=True)
+        for stale in metrics_dir.glob("metrics-*.prom"):
+            stale.unlink()  # a previous run with other times must not mix in
+        log = directory / "vllm.log"
+        lines = writers.render_log(result, era=era, start=start)
+        log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for when, text in writers.render_metrics_snapshots(
+            result, start=start, interval=metrics_interval
+        ):
+            (metrics_dir / f"metrics-{int(when.timestamp())}.prom").write_text(text)
+        bench = directory / "bench.json"
+        bench.write_text(writers.dumps(writers.render_bench_result(result, start=start)))
+        truth = writers.ground_truth(result, start=start, window=window, label=name)
+        ground_truth = directory / "ground-truth.json"
+        ground_truth.write_text(writers.dumps(truth))
+    except OSError as exc:
+        raise InputError(str(exc.filename or out), f"cannot write demo output: {exc}") from None
+    return Artefacts(name, directory, log, metrics_dir, bench, ground_truth, truth)
+
+
+def report_on(artefacts: Sequence[Artefacts], *, window: float, year: int) -> Report:
+    """The same loading and analysis as `preemptscope report LOG=NAME --metrics --bench`."""
+    logs = [f"{a.log}={a.name}" for a in artefacts]
+    metrics = [f"{a.metrics_dir}={a.name}" for a in artefacts]
+    benches = [f"{a.bench}={a.name}" for a in artefacts]
+    options = LoadOptions(parse=ParseOptions(year=year))
+    inputs = load_inputs(logs, metrics, benches, options=options)
+    report = analyze(inputs, AnalysisParams(window_s=window))
+    return dataclasses.replace(report, generated_at=datetime.now(UTC))
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("demo", help="(not built yet)")
+    parser = subparsers.add_parser(
+        "demo",
+        help="simulate an over-capacity and a healthy vLLM deployment and report on them",
+        description=(
+            "Simulates two vLLM deployments serving the same traffic (one runs out of KV cache "
+            "during a surge), writes their logs, /metrics snapshots, bench JSON and ground "
+            "truth, then runs the same analysis as `preemptscope report` on those files."
+        ),
+    )
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory ({DEFAULT_OUT})")
+    parser.add_argument("--json", action="store_true", help="print the report JSON only")
+    parser.add_argument("--html", metavar="FILE", help="HTML report path (default OUT/report.html)")
+    parser.add_argument("--serve", action="store_true", help="then serve the live service on them")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--era",
+        choices=writers.ERAS,
+        default="v1",
+        help="log format: v0 (preemption WARNING every 50th), v1 (no preemption lines), "
+        "v1-preemptions (`Preemptions: N` in stats)",
+    )
+    parser.add_argument("--duration", default="10m", help="simulated traffic (default 10m)")
+    parser.add_argument("--window", default="60s", help="analysis window (default 60s)")
+    parser.add_argument("--start", default=DEFAULT_START, help="ISO time the traffic starts")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("preemptscope demo: not built yet")
+    began = time.perf_counter()
+    duration = parse_duration(args.duration)
+    window = parse_duration(args.window)
+    start = parse_time(args.start)
+    out = Path(args.out)
+    err = Console(stderr=True)
+    scenarios = demo_scenarios(seed=args.seed, duration=duration)
+    artefacts = []
+    for scenario in scenarios:
+        result = simulate(scenario.workload, scenario.config)
+        artefacts.append(
+            write_artefacts(
+                result, name=scenario.name, out=out, era=args.era, start=start, window=window
+            )  # fmt: skip
+        )
+    report = report_on(artefacts, window=window, year=start.year)
+
+    html_path = Path(args.html) if args.html else out / "report.html"
+    html_note = _write_html(report, html_path, required=bool(args.html))
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        console = Console()
+        for scenario in scenarios:
+            console.print(f"[bold]{scenario.name}[/bold]: {scenario.summary}")
+        render_report(report, console)
+        _print_truth(console, report, artefacts)
+        console.print(f"Files written under [bold]{out}/[/bold]: " + ", ".join(
+            f"{a.name}/{{vllm.log, metrics/, bench.json, ground-truth.json}}" for a in artefacts
+        ))  # fmt: skip
+        console.print(
+            "Re-run the analysis yourself: preemptscope report "
+            + " ".join(
+                f"{a.log}={a.name} --metrics {a.metrics_dir}={a.name} --bench {a.bench}={a.name}"
+                for a in artefacts
+            )
+        )
+    err.print(html_note)
+    err.print(f"demo finished in {time.perf_counter() - began:.1f} s")
+    if args.serve:
+        return _serve(artefacts, err)
+    return 0
+
+
+def _write_html(report: Report, path: Path, *, required: bool) -> str:
+    try:
+        html = importlib.import_module("preemptscope.dashboards.html")
+    except ImportError:
+        if required:
+            raise PreemptscopeError(
+                "--html needs preemptscope.dashboards.html, which is not available yet"
+            ) from None
+        return "HTML report: skipped (the dashboards package has no HTML writer yet)"
+    html.write_report_html(report, str(path))
+    return f"HTML report: {path}"
+
+
+def _print_truth(console: Console, report: Report, artefacts: Sequence[Artefacts]) -> None:
+    """Say what the simulator knows, next to what the analysis concluded."""
+    verdicts = {d.name: d.verdict.state for d in report.deployments}
+    console.print("[bold]Ground truth from the simulator[/bold] (the analysis never reads it):")
+    for a in artefacts:
+        totals = a.truth["totals"]
+        truth = "over capacity" if a.truth["over_capacity"] else "not over capacity"
+        console.print(
+            f"  {a.name}: {totals['preemptions']} preemptions of {totals['requests']} requests, "
+            f"{a.truth['over_capacity_window_fraction']:.0%} of busy windows over capacity "
+            f"-> {truth}; report verdict: {verdicts.get(a.name, 'missing')}"
+        )
+
+
+def _serve(artefacts: Sequence[Artefacts], err: Console) -> int:
+    """Hand the written logs to `preemptscope serve` (the exporter's entry point)."""
+    from preemptscope import cli
+
+    argv = ["serve"]
+    for a in artefacts:
+        argv += ["--log", f"{a.log}={a.name}"]
+    err.print("Starting: preemptscope " + " ".join(argv))
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        if isinstance(exc.code, str) and "not built yet" in exc.code:
+            err.print(
+                "--serve: the live service (`preemptscope serve`) is not available in this "
+                "build yet; the files above are ready for it."
+            )
+            return 1
+        raise
