@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.workload import LengthDist, Workload, synthetic
+
 from preemptscope.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""`preemptscope demo`: simulate an over-capacity and a healthy vLLM deployment, then report on them.
+"""`preemptscope demo`: simulate an over-capacity and a healthy deployment, then report on them.
 
 The simulator (preemptscope.analysis.sim) writes the same files a real deployment leaves behind
 (server log, /metrics snapshots, `vllm bench serve` JSON) plus its ground truth; then the SAME
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         artefacts.append(
             write_artefacts(
                 result, name=scenario.name, out=out, era=args.era, start=start, window=window
-            )  # fmt: skip
+            )
         )
     report = report_on(artefacts, window=window, year=start.year)
 
