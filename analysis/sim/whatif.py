@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 from preemptscope.analysis.kvmodel import GIB, kv_bytes_per_token, weights_gib
+from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import SimResult, simulate
 from preemptscope.analysis.sim.workload import LengthDist, Workload, synthetic
@@ -288,3 +289,23 @@ def fmt_seconds(value: float | None) -> str:
     if value is None or math.isnan(value):
         return "-"
     return f"{value:.2f}s" if value < 100 else f"{value:.0f}s"
+
+
+def base_from_capacity(capacity: Capacity, base: SimConfig | None = None) -> SimConfig:
+    """A SimConfig matching what a report observed (blocks, flags); unknowns keep `base`'s."""
+    config = base or SimConfig()
+    settings: dict[str, Any] = {
+        "gpu_memory_utilization": capacity.gpu_memory_utilization,
+        "max_num_seqs": capacity.max_num_seqs,
+        "max_num_batched_tokens": capacity.max_num_batched_tokens,
+        "tensor_parallel_size": capacity.tensor_parallel_size,
+        "pipeline_parallel_size": capacity.pipeline_parallel_size,
+        "block_size": capacity.block_size,
+        "max_model_len": capacity.max_model_len,
+    }
+    if capacity.scheduling_policy in ("fcfs", "priority"):
+        settings["scheduling_policy"] = capacity.scheduling_policy
+    if settings["max_num_batched_tokens"] is None and settings["max_num_seqs"] is not None:
+        # vLLM's V1 default budget when the log does not show it.
+        settings["max_num_batched_tokens"] = max(8192, int(settings["max_num_seqs"]))
+    return calibrated_base(config, num_gpu_blocks=capacity.num_gpu_blocks, settings=settings)
