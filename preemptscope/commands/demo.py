@@ -92,6 +92,14 @@ def report_on(artefacts: Sequence[Artefacts], *, window: float, year: int) -> Re
     return dataclasses.replace(report, generated_at=datetime.now(UTC))
 
 
+def report_command(artefacts: Sequence[Artefacts]) -> str:
+    """The `preemptscope report` command line that reads the demo's files."""
+    words = ["preemptscope", "report", *(f"{a.log}={a.name}" for a in artefacts)]
+    for a in artefacts:
+        words += ["--metrics", f"{a.metrics_dir}={a.name}", "--bench", f"{a.bench}={a.name}"]
+    return " ".join(words)
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo",
@@ -152,13 +160,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"Files written under [bold]{out}/[/bold]: " + ", ".join(
             f"{a.name}/{{vllm.log, metrics/, bench.json, ground-truth.json}}" for a in artefacts
         ))  # fmt: skip
-        console.print(
-            "Re-run the analysis yourself: preemptscope report "
-            + " ".join(
-                f"{a.log}={a.name} --metrics {a.metrics_dir}={a.name} --bench {a.bench}={a.name}"
-                for a in artefacts
-            )
-        )
+        console.print("Re-run the analysis yourself: " + report_command(artefacts))
     err.print(html_note)
     err.print(f"demo finished in {time.perf_counter() - began:.1f} s")
     if args.serve:

@@ -1,0 +1,138 @@
+"""`preemptscope demo` and `preemptscope whatif` end to end (real files, real report pipeline)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from preemptscope.analysis.kvmodel import GPU_PRESETS
+from preemptscope.analysis.sim.config import SimConfig
+from preemptscope.analysis.sim.whatif import predict, sweep, with_memory_change
+from preemptscope.analysis.sim.workload import LengthDist, synthetic
+
+from preemptscope.cli import main
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("demo")
+    assert main(["demo", "--out", str(out), "--duration", "6m", "--json"]) == 0
+    return out
+
+
+def test_demo_writes_every_artefact(demo_dir: Path) -> None:
+    for name in ("chat-a10g", "chat-a100"):
+        d = demo_dir / name
+        assert (d / "vllm.log").stat().st_size > 0
+        assert len(list((d / "metrics").glob("metrics-*.prom"))) >= 20
+        bench = json.loads((d / "bench.json").read_text())
+        assert bench["completed"] > 0 and len(bench["latencies"]) == bench["num_prompts"]
+        truth = json.loads((d / "ground-truth.json").read_text())
+        assert truth["schema"] == "preemptscope-sim-ground-truth/1"
+
+
+def test_demo_verdicts_match_ground_truth(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--out", str(demo_dir), "--duration", "6m", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    states = {d["name"]: d["verdict"]["state"] for d in report["deployments"]}
+    truth = {
+        name: json.loads((demo_dir / name / "ground-truth.json").read_text()) for name in states
+    }
+    assert truth["chat-a10g"]["over_capacity"] and states["chat-a10g"] == "over_capacity"
+    assert not truth["chat-a100"]["over_capacity"] and states["chat-a100"] == "ok"
+    counted = {d["name"]: d["preemptions"]["total"] for d in report["deployments"]}
+    assert counted["chat-a10g"] == truth["chat-a10g"]["totals"]["preemptions"]
+
+
+def test_demo_json_is_what_report_prints(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--out", str(demo_dir), "--duration", "6m", "--json"]) == 0
+    from_demo = json.loads(capsys.readouterr().out)
+    names = ("chat-a10g", "chat-a100")
+    argv = ["report", *(f"{demo_dir / n / 'vllm.log'}={n}" for n in names), "--json"]
+    for name in names:
+        d = demo_dir / name
+        argv += ["--metrics", f"{d / 'metrics'}={name}", "--bench", f"{d / 'bench.json'}={name}"]
+    assert main(argv) == 0
+    from_report = json.loads(capsys.readouterr().out)
+    for body in (from_demo, from_report):
+        body.pop("generated_at", None)
+    assert from_demo == from_report
+
+
+def test_demo_is_deterministic(tmp_path: Path) -> None:
+    for run in ("a", "b"):
+        assert main(["demo", "--out", str(tmp_path / run), "--duration", "6m", "--json"]) == 0
+    for name in ("chat-a10g/vllm.log", "chat-a10g/bench.json", "chat-a100/ground-truth.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+@pytest.mark.parametrize("era", ["v0", "v1-preemptions"])
+def test_demo_other_eras_count_preemptions(
+    tmp_path: Path, era: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--out", str(tmp_path), "--duration", "6m", "--era", era, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    a10g = next(d for d in report["deployments"] if d["name"] == "chat-a10g")
+    assert a10g["verdict"]["state"] == "over_capacity"
+    log = (tmp_path / "chat-a10g" / "vllm.log").read_text()
+    if era == "v0":
+        assert "total_num_cumulative_preemption=1\n" in log
+    else:
+        assert "Preemptions: " in log
+
+
+def test_whatif_cli_on_demo_files(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = demo_dir / "chat-a10g" / "vllm.log"
+    argv = ["whatif", "--log", str(log), "--gpu", "A10G", "--gpu-memory-utilization", "0.95"]
+    assert main([*argv, "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    now, new = body["whatif"]["baseline"], body["whatif"]["candidate"]
+    assert now["num_gpu_blocks"] == 1660  # calibrated to the log's KV cache size
+    assert new["kv_cache_tokens"] > now["kv_cache_tokens"]
+    assert now["preemptions"] > 0
+    # Preemptions are not monotonic in KV size (more room admits more requests), but
+    # enough room for the whole surge ends them.
+    roomy = ["whatif", "--log", str(log), "--gpu", "A10G", "--num-gpu-blocks-override", "5000"]
+    assert main([*roomy, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["whatif"]["candidate"]["preemptions"] == 0
+    bench = demo_dir / "chat-a10g" / "bench.json"
+    assert main(["whatif", "--bench", str(bench), "--gpu", "A10G", "--max-num-seqs", "16"]) == 0
+    assert "What if max_num_seqs=16?" in capsys.readouterr().out
+
+
+def test_whatif_needs_a_change(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = demo_dir / "chat-a10g" / "bench.json"
+    assert main(["whatif", "--bench", str(bench)]) == 2
+    assert "nothing to change" in capsys.readouterr().err
+
+
+def test_whatif_more_memory_means_fewer_preemptions() -> None:
+    workload = synthetic(
+        rate=1.0,
+        duration=180,
+        seed=9,
+        prompt=LengthDist("lognormal", 1024, 0.5, 32, 4096),
+        output=LengthDist("lognormal", 384, 0.6, 16, 2048),
+    )
+    base = SimConfig(gpu=GPU_PRESETS["A10G"], max_num_seqs=128)
+    result = predict(workload, {"gpu_memory_utilization": 0.97}, base=base)
+    assert result.baseline.preemptions > 0
+    assert result.candidate.kv_cache_tokens > result.baseline.kv_cache_tokens
+    assert result.candidate.preemptions < result.baseline.preemptions
+    curve = sweep(workload, "max_num_seqs", [4, 128], base=base)
+    assert curve[0].preemptions == 0 < curve[1].preemptions
+
+
+def test_calibrated_memory_change_moves_blocks_like_vllm() -> None:
+    base = SimConfig(gpu=GPU_PRESETS["A10G"], num_gpu_blocks_override=1000)
+    changed = with_memory_change(base, {"gpu_memory_utilization": 0.95})
+    extra_gib = 0.05 * GPU_PRESETS["A10G"].memory_gib
+    expected = 1000 + extra_gib * 2**30 / (131072 * 16)
+    assert changed.num_gpu_blocks_override == pytest.approx(expected, abs=1)
+    assert np.isclose(changed.gpu_memory_utilization, 0.95)
