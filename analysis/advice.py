@@ -12,7 +12,8 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from preemptscope.analysis.correlation import preemption_signal
+from preemptscope.analysis.correlation import preemption_signal, run_duration_s, runs
+from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Advice, Capacity, Verdict, Window
 
 # vLLM's default gpu_memory_utilization; the ceiling we suggest leaves room for CUDA graphs,
@@ -33,11 +34,24 @@ def onset_running(windows: Sequence[Window]) -> int | None:
     return min(values) if values else None
 
 
-def advise(verdict: Verdict, capacity: Capacity, windows: Sequence[Window]) -> list[Advice]:
+def advise(
+    verdict: Verdict,
+    capacity: Capacity,
+    windows: Sequence[Window],
+    params: AnalysisParams | None = None,
+) -> list[Advice]:
     """Ranked remedies for a deployment that is over capacity or at risk; none otherwise."""
     if verdict.state not in ("over_capacity", "at_risk"):
         return []
+    p = params if params is not None else AnalysisParams()
     items: list[Advice] = []
+    if verdict.problem == "throughput":
+        # KV has room: the preemption remedies (less memory per request) would only cut
+        # throughput further. More requests per batch if KV allows, else more replicas.
+        for advice in (_raise_max_num_seqs(capacity, windows, p), _add_replicas(windows, p)):
+            if advice is not None:
+                items.append(advice)
+        return [dataclasses.replace(a, rank=i + 1) for i, a in enumerate(items)]
     if verdict.problem == "ordering":
         items.append(
             Advice(
@@ -197,4 +211,73 @@ def _more_gpus(capacity: Capacity, kind: str) -> Advice:
         f"{current}{assumed}",
         str(current * 2),
         why + _gain_with_more_gpus(capacity, 2),
+    )
+
+
+def _raise_max_num_seqs(
+    capacity: Capacity, windows: Sequence[Window], p: AnalysisParams
+) -> Advice | None:
+    """Only when the batch is full (running at max_num_seqs) and KV stays well below full."""
+    queued = [w for w in windows if w.queue_bound]
+    kv = [w.kv_usage_max for w in queued if w.kv_usage_max is not None]
+    base = capacity.max_num_seqs or capacity.peak_running
+    if not kv or not base or max(kv) <= 0 or max(kv) >= p.kv_high:
+        return None
+    running = [w.running_max for w in queued if w.running_max is not None]
+    if capacity.max_num_seqs is not None and running and max(running) < capacity.max_num_seqs:
+        return None  # the batch is not full: compute or the token budget is the limit
+    peak_kv = max(kv)
+    by_kv = math.floor(base * p.kv_high / peak_kv)
+    why = (
+        f"KV peaks at {peak_kv:.0%} with {base} running: room for about {by_kv} at {p.kv_high:.0%}"
+    )
+    fit = (
+        int(capacity.kv_cache_tokens // capacity.mean_tokens_per_request)
+        if capacity.kv_cache_tokens and capacity.mean_tokens_per_request
+        else None
+    )
+    suggested = by_kv
+    if fit is not None and fit < by_kv:
+        suggested = fit
+        why += (
+            f"; {capacity.kv_cache_tokens:,} KV tokens / {capacity.mean_tokens_per_request:,.0f}"
+            f" tokens per request = {fit}"
+        )
+    if suggested <= base:
+        return None
+    return Advice(
+        0,
+        "raise_max_num_seqs",
+        "--max-num-seqs",
+        str(capacity.max_num_seqs) if capacity.max_num_seqs is not None else None,
+        str(suggested),
+        f"Requests queue while the KV cache has room ({why}). A bigger batch serves more at "
+        "once until KV or compute saturates; watch for preemption after the change.",
+    )
+
+
+def _add_replicas(windows: Sequence[Window], p: AnalysisParams) -> Advice | None:
+    """Replicas needed so the queue stops growing: arrival rate / service rate."""
+    longest = max(runs(windows, lambda w: w.queue_bound, p), key=run_duration_s, default=None)
+    if longest is None:
+        return None
+    seconds = run_duration_s(longest)
+    # Window means sit at window centres: the growth spans first start to last start.
+    between = max((longest[-1].start - longest[0].start).total_seconds(), p.window_s)
+    growth = ((longest[-1].waiting_mean or 0.0) - (longest[0].waiting_mean or 0.0)) / between
+    served = sum(w.latency["e2e"].count for w in longest if "e2e" in w.latency) / seconds
+    suggested = None
+    detail = f"the queue grew by {growth:.2f} requests/s for {seconds / 60:.0f} min"
+    if growth > 0 and served > 0:
+        factor = (served + growth) / served
+        suggested = f"x{math.ceil(factor * 10) / 10:.1f}"
+        detail += f" while about {served:.2f} requests/s were served"
+    return Advice(
+        0,
+        "add_replicas",
+        None,
+        None,
+        suggested,
+        f"Demand is above what this deployment serves ({detail}): add replicas (or GPUs per "
+        "replica) until the queue stops growing.",
     )

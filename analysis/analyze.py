@@ -120,6 +120,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
             over_capacity=row["over_capacity"],
             latency=latency_by_window[i],
             samples=row["samples"],
+            queue_bound=row["queue_bound"],
         )
         for i, row in enumerate(table.iter_rows(named=True))
     ]
@@ -134,7 +135,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         verdict=verdict,
         preemptions=preemptions,
         capacity=capacity,
-        advice=advise(verdict, capacity, windows),
+        advice=advise(verdict, capacity, windows, params),
         windows=windows,
         episodes=found,
         correlation=correlation,

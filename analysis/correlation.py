@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Correlation, Episode, LatencyMetric, Window
@@ -127,23 +127,34 @@ def correlate(windows: Sequence[Window], params: AnalysisParams) -> Correlation:
     )
 
 
-def episodes(windows: Sequence[Window], params: AnalysisParams) -> list[Episode]:
-    """Contiguous runs of over-capacity windows, bridging gaps of up to episode_gap_windows."""
-    runs: list[list[Window]] = []
+def runs(
+    windows: Sequence[Window], flagged: Callable[[Window], bool], params: AnalysisParams
+) -> list[list[Window]]:
+    """Maximal runs of flagged windows, bridging gaps of up to episode_gap_windows."""
+    found: list[list[Window]] = []
     current: list[Window] = []
     gap = 0
     for w in windows:
-        if w.over_capacity:
+        if flagged(w):
             current.append(w)
             gap = 0
         elif current:
             gap += 1
             if gap > params.episode_gap_windows:
-                runs.append(current)
+                found.append(current)
                 current, gap = [], 0
     if current:
-        runs.append(current)
-    return [_episode(run, params) for run in runs]
+        found.append(current)
+    return found
+
+
+def episodes(windows: Sequence[Window], params: AnalysisParams) -> list[Episode]:
+    """Contiguous runs of over-capacity windows (see `runs`)."""
+    return [_episode(run, params) for run in runs(windows, lambda w: w.over_capacity, params)]
+
+
+def run_duration_s(run: Sequence[Window]) -> float:
+    return (run[-1].end - run[0].start).total_seconds()
 
 
 def _episode(run: list[Window], params: AnalysisParams) -> Episode:

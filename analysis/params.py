@@ -33,6 +33,11 @@ class AnalysisParams:
     min_samples: int = 3
     # Share of active windows with KV >= kv_high that makes a deployment "at risk".
     at_risk_kv_fraction: float = 0.25
+    # A window is queue-bound when mean waiting >= this fraction of mean running (and >= 1).
+    queue_fraction: float = 0.25
+    # A queue-bound run is over capacity when its waiting grows by this factor from first to
+    # last window (demand above the service rate); a steady queue is only "at risk".
+    queue_growth: float = 2.0
     # Largest lag (in windows) tried when looking for the lag of strongest correlation.
     max_lag_windows: int = 5
     # Preferred latency metric for the correlation, first available wins.

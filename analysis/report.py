@@ -67,6 +67,9 @@ class Window:
     latency: dict[str, LatencyStats] = field(default_factory=dict)
     # Stats records plus /metrics scrapes in the window; 0 means no server-side data at all.
     samples: int = 0
+    # Requests queue (waiting >= 1 and >= a quarter of running) while KV is not full: the limit
+    # is max_num_seqs or compute, not the KV cache.
+    queue_bound: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,8 +112,9 @@ class Evidence:
 class Verdict:
     state: VerdictState
     evidence: list[Evidence]
-    # "capacity" (too little KV for the load) or "ordering" (priority policy moves the pain)
-    problem: Literal["capacity", "ordering", "none", "unknown"] = "unknown"
+    # "capacity" (too little KV for the load), "throughput" (requests queue with KV to spare:
+    # max_num_seqs or compute is the limit) or "ordering" (priority policy moves the pain)
+    problem: Literal["capacity", "throughput", "ordering", "none", "unknown"] = "unknown"
 
 
 @dataclass(frozen=True)

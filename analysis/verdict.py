@@ -17,7 +17,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
-from preemptscope.analysis.correlation import episode_duration_s, preemption_signal
+from preemptscope.analysis.correlation import (
+    episode_duration_s,
+    preemption_signal,
+    run_duration_s,
+    runs,
+)
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import (
     Capacity,
@@ -126,10 +131,20 @@ def decide(
         if active
         else 0.0
     )
+    queued = [
+        r
+        for r in runs(windows, lambda w: w.queue_bound, params)
+        if run_duration_s(r) >= params.min_episode_s
+        and (now is None or (now - r[-1].end).total_seconds() <= params.stale_after_s)
+    ]
+    growing = [r for r in queued if queue_grows(r, params)]
+    if queued:
+        evidence.append(_queue_run_evidence(max(queued, key=run_duration_s), params))
+    kv_trouble = bool(sustained or recent_over or kv_high_fraction >= params.at_risk_kv_fraction)
     state: VerdictState
-    if current:
+    if current or (growing and not kv_trouble):
         state = "over_capacity"
-    elif sustained or recent_over or kv_high_fraction >= params.at_risk_kv_fraction:
+    elif kv_trouble or queued:
         state = "at_risk"
     elif not data and counted:
         # Preemptions were counted but nothing tells when (warnings without timestamps).
@@ -146,7 +161,29 @@ def decide(
                 float(len(over)),
             )
         )
+    if state != "ok" and not current and not kv_trouble and queued:
+        return Verdict(state, evidence, "throughput")
     return Verdict(state, evidence, _problem(state, windows, correlation, capacity, params))
+
+
+def queue_grows(run: Sequence[Window], params: AnalysisParams) -> bool:
+    """Waiting at the end of the run is queue_growth x (at least) what it was at the start."""
+    first = run[0].waiting_mean or 0.0
+    last = run[-1].waiting_mean or 0.0
+    return last >= params.queue_growth * max(first, 1.0)
+
+
+def _queue_run_evidence(run: Sequence[Window], params: AnalysisParams) -> Evidence:
+    kv = [w.kv_usage_max for w in run if w.kv_usage_max is not None]
+    peak = f"; peak KV {_pct(max(kv))}" if kv else ""
+    first, last = run[0].waiting_mean or 0.0, run[-1].waiting_mean or 0.0
+    return Evidence(
+        "queue_bound",
+        f"requests queued for {_duration(run_duration_s(run))} from {_hhmm(run[0].start)} "
+        f"while KV stayed below {_pct(params.kv_saturated)}{peak}: max_num_seqs or compute is "
+        f"the limit, not the KV cache; mean waiting went from {first:.0f} to {last:.0f}",
+        last,
+    )
 
 
 def _preemption_evidence(
@@ -292,7 +329,7 @@ def _problem(
     correlation: Correlation,
     capacity: Capacity,
     params: AnalysisParams,
-) -> Literal["capacity", "ordering", "none", "unknown"]:
+) -> Literal["capacity", "throughput", "ordering", "none", "unknown"]:
     """Capacity (too little KV: everyone loses) vs ordering (priority moves the loss).
 
     Under the priority policy a preemption evicts a low-priority request for a high-priority

@@ -53,6 +53,7 @@ WINDOW_COLUMNS: dict[str, pl.DataType] = {
     "generation_throughput": pl.Float64(),
     "idle": pl.Boolean(),
     "over_capacity": pl.Boolean(),
+    "queue_bound": pl.Boolean(),
 }
 
 
@@ -429,5 +430,13 @@ def _derive(table: pl.DataFrame, p: AnalysisParams, *, v0_present: bool) -> pl.D
             | ((kv >= p.kv_saturated) & (pl.col("waiting_max").fill_null(0) > 0))
             | ((kv >= p.kv_high) & (pl.col("waiting_for_capacity_max").fill_null(0) > 0))
         ),
+    )
+    waiting = pl.col("waiting_mean").fill_null(0)
+    t = t.with_columns(
+        queue_bound=~pl.col("idle")
+        & ~pl.col("over_capacity")
+        & (waiting >= 1)
+        & (waiting >= p.queue_fraction * pl.col("running_mean").fill_null(0))
+        & (pl.col("kv_usage_max").fill_null(0) < p.kv_saturated),
     )
     return t.select([pl.col(name).cast(dtype) for name, dtype in WINDOW_COLUMNS.items()])

@@ -310,3 +310,42 @@ def test_analyze_many_deployments_and_json_contract() -> None:
         assert key in b_dict
     assert set(b_dict["preemptions"]) >= {"total", "exact", "evidence"}
     assert data["parameters"]["window_s"] == 60.0
+
+
+def test_growing_queue_with_kv_to_spare_is_a_throughput_problem() -> None:
+    rows = [stat(i * 10, running=256, waiting=20 + 30 * i, kv=0.45) for i in range(60)]
+    report = run(logs=[logframes(rows, config={"max_num_seqs": "256"})])
+    assert report.verdict.state == "over_capacity"
+    assert report.verdict.problem == "throughput"
+    assert all(w.queue_bound and not w.over_capacity for w in report.windows)
+    actions = [a.action for a in report.advice]
+    # never the preemption remedies here: KV is not the limit
+    assert "lower_max_num_seqs" not in actions
+    assert "raise_gpu_memory_utilization" not in actions
+    first = report.advice[0]
+    assert first.action == "raise_max_num_seqs"
+    assert first.current == "256" and first.suggested == str(int(256 * 0.9 / 0.45))
+    assert actions[-1] == "add_replicas"
+
+
+def test_steady_queue_is_only_at_risk() -> None:
+    rows = [stat(i * 10, running=100, waiting=40, kv=0.6) for i in range(60)]
+    report = run(logs=[logframes(rows)])
+    assert report.verdict.state == "at_risk"
+    assert report.verdict.problem == "throughput"
+
+
+def test_batch_not_full_does_not_suggest_a_bigger_batch() -> None:
+    rows = [stat(i * 10, running=90, waiting=20 + 30 * i, kv=0.45) for i in range(60)]
+    report = run(logs=[logframes(rows, config={"max_num_seqs": "256"})])
+    assert report.verdict.problem == "throughput"
+    assert [a.action for a in report.advice] == ["add_replicas"]
+
+
+def test_replica_estimate_from_served_rate_and_queue_growth() -> None:
+    stats_rows = [stat(i * 10, running=64, waiting=10 + 20 * i, kv=0.5) for i in range(60)]
+    reqs = [request(t * 0.5, 5.0) for t in range(1200)]  # 2 served per second
+    report = run(logs=[logframes(stats_rows)], latencies=latencies_frame(reqs))
+    replicas = [a for a in report.advice if a.action == "add_replicas"]
+    # queue grows 2 requests/s while 2 requests/s are served: demand is 2x
+    assert replicas and replicas[0].suggested == "x2.0"
