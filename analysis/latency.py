@@ -101,15 +101,19 @@ def _window_index(
 # Counters
 
 
-def _created_column(series: pl.DataFrame, samples: pl.DataFrame, metric: str) -> pl.DataFrame:
-    created = (
-        samples.filter((pl.col("metric") == metric) & (pl.col("sample") == "created"))
-        .select([*SERIES_KEYS, "timestamp", pl.col("value").alias("created")])
-        .unique([*SERIES_KEYS, "timestamp"], keep="last")
-    )
-    if created.is_empty():
-        return series.with_columns(created=pl.lit(None, pl.Float64))
-    return series.join(created, on=[*SERIES_KEYS, "timestamp"], how="left", nulls_equal=True)
+def _metric_rows(samples: pl.DataFrame, metric: str, kinds: list[str]) -> pl.DataFrame:
+    """Rows of one metric's `kinds` samples with the series' `created` value, in time order.
+
+    Sorting by time alone is enough: `.over(series)` keeps the frame's order within a series.
+    """
+    rows = samples.filter(
+        (pl.col("metric") == metric) & pl.col("sample").is_in([*kinds, "created"])
+    ).select([*SERIES_KEYS, "timestamp", "sample", "le", "value"])
+    # A window over (series, scrape) is much cheaper than a join on these string keys.
+    own_created = pl.when(pl.col("sample") == "created").then(pl.col("value"))
+    rows = rows.with_columns(created=own_created.max().over([*SERIES_KEYS, "timestamp"]))
+    rows = rows.filter(pl.col("sample") != "created")
+    return rows.sort("timestamp")
 
 
 def _restarted(keys: list[str]) -> pl.Expr:
@@ -120,12 +124,7 @@ def _restarted(keys: list[str]) -> pl.Expr:
 
 def _counter_pairs(samples: pl.DataFrame, metric: str) -> pl.DataFrame:
     """One row per consecutive pair of scrapes of each series: timestamp (later) and increase."""
-    series = (
-        samples.filter((pl.col("metric") == metric) & (pl.col("sample") == "value"))
-        .select([*SERIES_KEYS, "timestamp", "value"])
-        .unique([*SERIES_KEYS, "timestamp"], keep="last")
-    )
-    series = _created_column(series, samples, metric).sort([*SERIES_KEYS, "timestamp"])
+    series = _metric_rows(samples, metric, ["value"])
     previous = pl.col("value").shift(1).over(SERIES_KEYS)
     reset = (pl.col("value") < previous) | _restarted(SERIES_KEYS)
     increase = (
@@ -283,17 +282,10 @@ def histogram_metric(samples: pl.DataFrame, kind: LatencyMetric) -> str | None:
 
 def _histogram_pairs(samples: pl.DataFrame, metric: str, model_name: str | None) -> pl.DataFrame:
     """Per consecutive scrape pair of each series: the increase of every bucket, _sum, _count."""
-    frame = samples.filter(
-        (pl.col("metric") == metric) & pl.col("sample").is_in(["bucket", "sum", "count"])
-    )
+    frame = _metric_rows(samples, metric, ["bucket", "sum", "count"])
     if model_name is not None:
         frame = frame.filter(pl.col("model_name") == model_name)
-    frame = frame.select([*SERIES_KEYS, "timestamp", "sample", "le", "value"]).unique(
-        [*SERIES_KEYS, "timestamp", "sample", "le"], keep="last"
-    )
-    frame = _created_column(frame, samples, metric)
     line = [*SERIES_KEYS, "sample", "le"]
-    frame = frame.sort([*line, "timestamp"])
     frame = frame.with_columns(previous=pl.col("value").shift(1).over(line))
     frame = frame.with_columns(
         restarted=(pl.col("value") < pl.col("previous")).fill_null(False) | _restarted(line)
@@ -315,13 +307,14 @@ def _histogram_pairs(samples: pl.DataFrame, metric: str, model_name: str | None)
 
 
 def _stats_from_buckets(
-    kind: LatencyMetric, buckets: pl.DataFrame, total_sum: float | None, count: float | None
+    kind: LatencyMetric,
+    bounds: list[float],
+    cumulative: list[float],
+    total_sum: float | None,
+    count: float | None,
 ) -> LatencyStats | None:
-    ordered = buckets.sort("le")
-    bounds = ordered["le"].to_list()
-    cumulative = ordered["increase"].to_list()
     observations = count if count is not None else (cumulative[-1] if cumulative else 0.0)
-    if observations is None or observations <= 0:
+    if observations <= 0:
         return None
     p50, _ = bucket_quantile(0.5, bounds, cumulative)
     p90, _ = bucket_quantile(0.9, bounds, cumulative)
@@ -363,25 +356,28 @@ def histogram_windows_stats(
     if name is None:
         return [None] * len(windows)
     pairs = _window_index(_histogram_pairs(samples, name, model_name), windows, cumulative=True)
-    totals = pairs.group_by("window", "sample", "le").agg(pl.col("increase").sum())
-    result: list[LatencyStats | None] = []
-    per_window = totals.partition_by("window", as_dict=True)
-    for index in range(len(windows)):
-        part = per_window.get((index,))
-        if part is None:
-            result.append(None)
-            continue
-        sums = part.filter(pl.col("sample") == "sum")["increase"]
-        counts = part.filter(pl.col("sample") == "count")["increase"]
-        result.append(
-            _stats_from_buckets(
-                kind,
-                part.filter(pl.col("sample") == "bucket"),
-                float(sums.sum()) if len(sums) else None,
-                float(counts.sum()) if len(counts) else None,
-            )
-        )
-    return result
+    totals = (
+        pairs.group_by("window", "sample", "le")
+        .agg(pl.col("increase").sum())
+        .sort("window", "sample", "le")
+    )
+    # Few rows per window (one per bucket): plain Python from here on.
+    buckets: dict[int, tuple[list[float], list[float]]] = {}
+    sums: dict[int, float] = {}
+    counts: dict[int, float] = {}
+    for window, sample, le, increase in totals.iter_rows():
+        if sample == "bucket":
+            bounds, cumulative = buckets.setdefault(window, ([], []))
+            bounds.append(le)
+            cumulative.append(increase)
+        elif sample == "sum":
+            sums[window] = increase
+        else:
+            counts[window] = increase
+    return [
+        _stats_from_buckets(kind, *buckets[i], sums.get(i), counts.get(i)) if i in buckets else None
+        for i in range(len(windows))
+    ]
 
 
 def histogram_window_stats(
