@@ -35,6 +35,7 @@ from preemptscope.analysis.windows import (
     data_windows,
     window_start,
 )
+from preemptscope.ingest.lifecycle import latencies_from_requests
 from preemptscope.ingest.schema import LogFrames, empty
 
 __all__ = [
@@ -88,6 +89,10 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
     warnings = _frames(inputs.logs, "preemption_warning")
     metrics = inputs.metrics if inputs.metrics is not None and inputs.metrics.height else None
     lat = inputs.latencies if inputs.latencies is not None and inputs.latencies.height else None
+    if lat is None:
+        # No client results: per-request latency from the log's received -> finished lines.
+        derived = latencies_from_requests(_frames(inputs.logs, "requests"))
+        lat = derived if derived.height else None
 
     grid = data_windows(
         params,

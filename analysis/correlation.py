@@ -103,7 +103,7 @@ def correlate(windows: Sequence[Window], params: AnalysisParams) -> Correlation:
     rho_by_lag: dict[int, float] = {}
     signal = [preemption_signal(w) for w in windows]
     tail = [_tail(w, metric) for w in windows]
-    for lag in range(0, params.max_lag_windows + 1):
+    for lag in range(0, min(params.max_lag_windows, len(windows) - 1) + 1):
         pairs = [
             (s, t)
             for s, t in zip(signal[: len(signal) - lag], tail[lag:], strict=True)

@@ -349,3 +349,25 @@ def test_replica_estimate_from_served_rate_and_queue_growth() -> None:
     replicas = [a for a in report.advice if a.action == "add_replicas"]
     # queue grows 2 requests/s while 2 requests/s are served: demand is 2x
     assert replicas and replicas[0].suggested == "x2.0"
+
+
+def test_log_lifecycle_lines_give_latency_when_no_client_results() -> None:
+    from preemptscope.ingest.schema import REQUESTS
+
+    from .builders import _frame
+
+    stats_rows = [stat(i * 10, running=20, waiting=0, kv=0.5) for i in range(12)]
+    events = []
+    for i in range(30):
+        for event, t in (("received", i * 4), ("finished", i * 4 + 2 + (i % 3))):
+            events.append(
+                {"source": "vllm.log", "line": 1, "deployment": "d", "timestamp": at(t),
+                 "event": event, "request_id": f"cmpl-{i}"}
+            )  # fmt: skip
+    lf = logframes(stats_rows)
+    lf.frames["requests"] = _frame(REQUESTS, events)
+    report = run(logs=[lf])
+    stats = [w.latency["e2e"] for w in report.windows if "e2e" in w.latency]
+    assert sum(s.count for s in stats) == 30
+    assert all(s.source == "samples" for s in stats)
+    assert max(s.p99 or 0 for s in stats) == pytest.approx(4.0, abs=0.1)
