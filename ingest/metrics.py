@@ -16,11 +16,14 @@ version-tolerant name (see `canonical_name` and docs/sources.md):
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
 import re
-from collections.abc import Collection, Iterable
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -114,19 +117,175 @@ def _classify(
     return name, kind, "value"
 
 
-def _owner_types(families: list[Any]) -> dict[str, str]:
+# One parsed sample: (family name, family type, sample name, labels, value).
+_Sample = tuple[str, str, str, tuple[tuple[str, str], ...], float]
+
+
+def _owner_types(samples: list[_Sample]) -> dict[str, str]:
     """Names of counters and histograms (as exposed, without sample suffixes) -> their type."""
     bases: dict[str, str] = {}
-    for family in families:
-        kind = _TYPES.get(family.type, "unknown")
+    for family, family_type, name, labels, _ in samples:
+        kind = _TYPES.get(family_type, "unknown")
         if kind in ("counter", "histogram", "summary"):
-            bases[family.name] = kind
-        for sample in family.samples:
-            if sample.name.endswith("_bucket") and "le" in sample.labels:
-                bases.setdefault(sample.name.removesuffix("_bucket"), "histogram")
-            elif sample.name.endswith("_total"):
-                bases.setdefault(sample.name.removesuffix("_total"), "counter")
+            bases.setdefault(family, kind)
+        if name.endswith("_bucket") and any(key == "le" for key, _ in labels):
+            bases.setdefault(name.removesuffix("_bucket"), "histogram")
+        elif name.endswith("_total"):
+            bases.setdefault(name.removesuffix("_total"), "counter")
     return bases
+
+
+def _slow_samples(text: str, source: str) -> list[_Sample]:
+    """prometheus-client's parser on the whole text; InputError with the line when it fails."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception as exc:
+        line, reason = _locate_error(text)
+        if line is None:
+            reason = f"{reason} ({exc})"
+        raise InputError(source, reason, line) from exc
+    return [
+        (family.name, family.type, sample.name, tuple(sample.labels.items()), float(sample.value))
+        for family in families
+        for sample in family.samples
+    ]
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _series_key(key: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """`name{labels}` parsed by prometheus-client, once per distinct series (they repeat in
+    every snapshot, and label parsing is most of the parser's time)."""
+    (family,) = text_string_to_metric_families(key + " 0\n")
+    (sample,) = family.samples
+    return sample.name, tuple(sample.labels.items())
+
+
+_FAMILY_SUFFIXES = ("_total", "_created", "_bucket", "_sum", "_count", "_info", "_gsum", "_gcount")
+
+
+def _family_of(name: str, types: Mapping[str, str]) -> tuple[str, str]:
+    """(family name, family type) of a sample name, resolved like prometheus-client does."""
+    if name in types:
+        kind = types[name]
+        return (name.removesuffix("_total") if kind == "counter" else name), kind
+    for suffix in _FAMILY_SUFFIXES:
+        if name.endswith(suffix):
+            base = name[: -len(suffix)]
+            if base in types:
+                return base, types[base]
+            if types.get(base + "_total") == "counter":
+                return base, "counter"
+    return name, "unknown"
+
+
+# The layout of one exposition: its TYPE lines and series keys, in order.
+_Layout = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
+
+
+def _split_lines(text: str) -> tuple[_Layout, list[float]] | None:
+    """TYPE lines, `name{labels}` keys and values; None on anything unusual (the slow path,
+    prometheus-client on the whole text, then decides and names the bad line)."""
+    types: list[tuple[str, str]] = []
+    keys: list[str] = []
+    values: list[float] = []
+    try:
+        for line in text.splitlines():
+            if not line or line.isspace():
+                continue
+            if line[0] == "#":
+                parts = line.split(None, 3)
+                if len(parts) >= 4 and parts[1] == "TYPE":
+                    types.append((parts[2], parts[3].strip()))
+                continue
+            if "{" in line:
+                close = line.rindex("}")
+                key, rest = line[: close + 1], line[close + 1 :].split()
+            else:
+                key, *rest = line.split()
+            if not 1 <= len(rest) <= 2 or "_" in rest[0]:
+                return None
+            values.append(float(rest[0]))
+            keys.append(key.strip())
+    except (ValueError, IndexError):
+        return None
+    return (tuple(types), tuple(keys)), values
+
+
+def _layout_samples(layout: _Layout) -> list[_Sample] | None:
+    """Samples (value 0) of a layout, keys parsed by prometheus-client once per series."""
+    types = dict(layout[0])
+    samples: list[_Sample] = []
+    for key in layout[1]:
+        try:
+            name, labels = _series_key(key)
+        except Exception:
+            return None
+        family, kind = _family_of(name, types)
+        samples.append((family, kind, name, labels, 0.0))
+    return samples
+
+
+_TEMPLATE_COLUMNS = ["metric", "raw_name", "type", "sample", "le", "model_name", "engine", "labels"]
+
+
+def _template(
+    samples: list[_Sample], metrics: Collection[str] | None, source: str
+) -> tuple[pl.DataFrame, list[int]]:
+    """Every column but the values and stamps, and the positions of the samples kept."""
+    bases = _owner_types(samples)
+    columns: dict[str, list[Any]] = {name: [] for name in _TEMPLATE_COLUMNS}
+    keep: list[int] = []
+    for position, (family, family_type, name, label_items, _) in enumerate(samples):
+        base, kind, sample_kind = _classify(family, family_type, name, bases)
+        metric = canonical_name(base)
+        if metrics is not None and metric not in metrics:
+            continue
+        labels = dict(label_items)
+        le = _parse_le(labels.pop("le"), source) if sample_kind == "bucket" else None
+        keep.append(position)
+        columns["metric"].append(metric)
+        columns["raw_name"].append(name)
+        columns["type"].append(kind)
+        columns["sample"].append(sample_kind)
+        columns["le"].append(le)
+        columns["model_name"].append(labels.pop("model_name", None))
+        columns["engine"].append(labels.pop("engine", None))
+        columns["labels"].append(_labels_json(tuple(sorted(labels.items()))))
+    schema = {name: METRIC_SAMPLES[name] for name in _TEMPLATE_COLUMNS}
+    return pl.DataFrame(columns, schema=schema), keep
+
+
+# Consecutive scrapes of one server share their layout: classify it once, then only the
+# values change. Keyed on the whole layout, so any difference builds a new template.
+_TEMPLATES: OrderedDict[tuple[_Layout, frozenset[str] | None], tuple[pl.DataFrame, list[int]]]
+_TEMPLATES = OrderedDict()
+_TEMPLATES_LOCK = threading.Lock()
+_TEMPLATES_MAX = 32
+
+
+def _cached_template(
+    layout: _Layout, metrics: Collection[str] | None, source: str
+) -> tuple[pl.DataFrame, list[int]] | None:
+    key = (layout, frozenset(metrics) if metrics is not None else None)
+    with _TEMPLATES_LOCK:
+        found = _TEMPLATES.get(key)
+        if found is not None:
+            _TEMPLATES.move_to_end(key)
+            return found
+    samples = _layout_samples(layout)
+    if samples is None:
+        return None
+    built = _template(samples, metrics, source)
+    with _TEMPLATES_LOCK:
+        _TEMPLATES[key] = built
+        while len(_TEMPLATES) > _TEMPLATES_MAX:
+            _TEMPLATES.popitem(last=False)
+    return built
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _labels_json(items: tuple[tuple[str, str], ...]) -> str:
+    return json.dumps(dict(items), sort_keys=True)
 
 
 def _parse_le(raw: str, source: str) -> float:
@@ -166,38 +325,22 @@ def parse_metrics_text(
         raise ValueError("timestamp must be timezone-aware")
     if text.lstrip().startswith(("<", "{", "[")):
         raise InputError(source, "not Prometheus text exposition (looks like HTML or JSON)", 1)
-    try:
-        families = list(text_string_to_metric_families(text))
-    except Exception as exc:
-        line, reason = _locate_error(text)
-        if line is None:
-            reason = f"{reason} ({exc})"
-        raise InputError(source, reason, line) from exc
-
-    bases = _owner_types(families)
-    columns: dict[str, list[Any]] = {name: [] for name in METRIC_SAMPLES.names()}
-    for family in families:
-        for sample in family.samples:
-            base, kind, sample_kind = _classify(family.name, family.type, sample.name, bases)
-            metric = canonical_name(base)
-            if metrics is not None and metric not in metrics:
-                continue
-            labels = dict(sample.labels)
-            le = _parse_le(labels.pop("le"), source) if sample_kind == "bucket" else None
-            columns["metric"].append(metric)
-            columns["raw_name"].append(sample.name)
-            columns["type"].append(kind)
-            columns["sample"].append(sample_kind)
-            columns["le"].append(le)
-            columns["model_name"].append(labels.pop("model_name", None))
-            columns["engine"].append(labels.pop("engine", None))
-            columns["labels"].append(json.dumps(labels, sort_keys=True))
-            columns["value"].append(float(sample.value))
-    rows = len(columns["metric"])
-    columns["timestamp"] = [timestamp.astimezone(UTC)] * rows
-    columns["source"] = [source] * rows
-    columns["deployment"] = [deployment] * rows
-    return pl.DataFrame(columns, schema=METRIC_SAMPLES)
+    split = _split_lines(text)
+    built = _cached_template(split[0], metrics, source) if split is not None else None
+    if split is not None and built is not None:
+        values = split[1]
+    else:
+        samples = _slow_samples(text, source)
+        built = _template(samples, metrics, source)
+        values = [sample[4] for sample in samples]
+    template, keep = built
+    kept = values if len(keep) == len(values) else [values[i] for i in keep]
+    return template.with_columns(
+        timestamp=pl.lit(timestamp.astimezone(UTC), dtype=METRIC_SAMPLES["timestamp"]),
+        source=pl.lit(source, dtype=pl.String),
+        deployment=pl.lit(deployment, dtype=pl.String),
+        value=pl.Series(kept, dtype=pl.Float64),
+    ).select(METRIC_SAMPLES.names())
 
 
 # ISO 8601 extended (colons may be written as dashes in file names), ISO basic, or epoch.

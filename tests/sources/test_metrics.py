@@ -262,3 +262,61 @@ def test_path_errors(tmp_path: Path) -> None:
     bad.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(InputError, match="not UTF-8"):
         read_metrics_path(bad, deployment="d")
+
+
+@pytest.mark.parametrize("name", ["v0_063.prom", "v1_010.prom", "v1_033.prom", "ray_v1_033.prom"])
+def test_cached_fast_path_matches_prometheus_client(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import preemptscope.ingest.metrics as module
+
+    text = (FIXTURES / name).read_text()
+    fast = parse_metrics_text(text, timestamp=T, source="x", deployment="d")
+    again = parse_metrics_text(text, timestamp=T, source="x", deployment="d")  # from the cache
+    monkeypatch.setattr(module, "_split_lines", lambda _: None)
+    slow = parse_metrics_text(text, timestamp=T, source="x", deployment="d")
+    assert fast.equals(again)
+    columns = [c for c in METRIC_SAMPLES.names() if c != "raw_name"]
+    assert (
+        fast.select(columns)
+        .sort(columns, nulls_last=True)
+        .equals(slow.select(columns).sort(columns, nulls_last=True))
+    )
+    # the fast path keeps names exactly as exposed (prometheus-client adds `_total` for Ray)
+    exposed = {
+        line.split("{")[0].split()[0] for line in text.splitlines() if line[:1] not in ("#", "")
+    }
+    assert set(fast["raw_name"]) == exposed
+
+
+def test_layout_cache_follows_types_filters_and_values() -> None:
+    counter = "# TYPE vllm:x counter\nvllm:x_total 5\n"
+    gauge = "# TYPE vllm:x_total gauge\nvllm:x_total 7\n"
+    first = parse_metrics_text(counter, timestamp=T, source="a", deployment="d")
+    second = parse_metrics_text(gauge, timestamp=T, source="b", deployment="e")
+    assert first["type"].to_list() == ["counter"] and first["value"].to_list() == [5.0]
+    assert second["type"].to_list() == ["gauge"] and second["source"].to_list() == ["b"]
+    text = (FIXTURES / "v1_033.prom").read_text()
+    some = parse_metrics_text(
+        text, timestamp=T, source="x", deployment="d", metrics={"num_preemptions"}
+    )
+    everything = parse_metrics_text(text, timestamp=T, source="x", deployment="d")
+    assert set(some["metric"]) == {"num_preemptions"} and everything.height == 340
+    key = 'vllm:num_preemptions_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"}'
+    doubled = text.replace(f"{key} 2300.0", f"{key} 4600.0")
+    assert doubled != text
+    later = parse_metrics_text(
+        doubled, timestamp=T, source="x", deployment="d", metrics={"num_preemptions"}
+    )
+    values = later.filter(pl.col("sample") == "value").sort("engine")["value"].to_list()
+    assert values == [4600.0, 4600.0]
+
+
+def test_unusual_values_fall_back_to_prometheus_client() -> None:
+    text = 'a{b="x}y"} 1 1700000000000\nc NaN\nd +Inf\n'
+    frame = parse_metrics_text(text, timestamp=T, source="x", deployment="d")
+    assert json.loads(frame["labels"][0]) == {"b": "x}y"}
+    assert frame["value"][2] == float("inf")
+    with pytest.raises(InputError) as caught:
+        parse_metrics_text("a 1\nb 1_000\n", timestamp=T, source="x", deployment="d")
+    assert caught.value.line == 2
