@@ -151,7 +151,11 @@ def windows_table(windows: Sequence[Window]) -> Table:
     interesting = [
         w
         for w in windows
-        if w.over_capacity or w.forced_preemptions or w.likely_preempting or (w.preemptions or 0)
+        if w.over_capacity
+        or w.queue_bound
+        or w.forced_preemptions
+        or w.likely_preempting
+        or (w.preemptions or 0)
     ]
     shown = interesting[:MAX_WINDOW_ROWS]
     active = sum(1 for w in windows if w.samples and not w.idle)
@@ -174,6 +178,8 @@ def windows_table(windows: Sequence[Window]) -> Table:
             if w.forced_preemptions
             else "over capacity"
             if w.over_capacity
+            else "queue-bound"
+            if w.queue_bound
             else "idle"
             if w.idle
             else ""
@@ -213,7 +219,9 @@ def deployment_panel(d: DeploymentReport) -> Panel:
         (escape(d.name), "bold"),
         "  ",
         (state.replace("_", " ").upper(), STATE_STYLE[state]),
-        f"  ({d.verdict.problem} problem)" if d.verdict.problem in ("capacity", "ordering") else "",
+        f"  ({d.verdict.problem} problem)"
+        if d.verdict.problem in ("capacity", "throughput", "ordering")
+        else "",
     )
     parts: list[RenderableType] = []
     for e in d.verdict.evidence:
