@@ -229,14 +229,26 @@ def _preemption_summary(
 
 
 def _counter_lifetime(metrics: pl.DataFrame | None) -> int | None:
-    """num_preemptions at the last scrape, summed over series: since each engine started."""
+    """num_preemptions since each engine started, summed over series and over restarts.
+
+    Each run of a series (split where the counter goes down) ends at its largest value.
+    """
     if metrics is None:
         return None
     values = metrics.filter((pl.col("metric") == "num_preemptions") & (pl.col("sample") == "value"))
     if values.is_empty():
         return None
-    last = values.filter(pl.col("timestamp") == pl.col("timestamp").max())
-    return round(float(last["value"].sum()))
+    series = ["source", "model_name", "engine", "labels"]
+    runs = (
+        values.sort("timestamp")
+        .with_columns(
+            reset=(pl.col("value") < pl.col("value").shift(1).over(series)).fill_null(False)
+        )
+        .with_columns(run=pl.col("reset").cast(pl.Int64).cum_sum().over(series))
+        .group_by([*series, "run"])
+        .agg(pl.col("value").max())
+    )
+    return round(float(runs["value"].sum()))
 
 
 # -------------------------------------------------------------------------------------------

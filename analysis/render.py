@@ -94,7 +94,12 @@ def capacity_table(c: Capacity) -> Table | None:
         ("KV cache tokens", _num(c.kv_cache_tokens) if c.kv_cache_tokens is not None else None),
         (
             "max concurrency",
-            f"{c.max_concurrency:.2f}x for {_num(c.max_concurrency_context_tokens)} tokens"
+            f"{c.max_concurrency:.2f}x"
+            + (
+                f" for {c.max_concurrency_context_tokens:,} tokens"
+                if c.max_concurrency_context_tokens
+                else ""
+            )
             if c.max_concurrency is not None
             else None,
         ),
@@ -199,7 +204,7 @@ def windows_table(windows: Sequence[Window]) -> Table:
 def _correlation_line(c: Correlation) -> Text | None:
     if c.metric is None:
         return None
-    parts = [f"Correlation ({c.metric}):"]
+    parts: list[str] = []
     if c.p99_over_mean_with is not None or c.p99_over_mean_without is not None:
         parts.append(
             f"p99/mean {_num(c.p99_over_mean_with, '{:.2f}')} with preemption "
@@ -210,7 +215,7 @@ def _correlation_line(c: Correlation) -> Text | None:
         parts.append(f"Spearman rho {c.spearman_rho:+.2f}")
     if c.best_lag_windows is not None and c.best_lag_rho is not None:
         parts.append(f"strongest at lag {c.best_lag_windows} ({c.best_lag_rho:+.2f})")
-    return Text("; ".join(parts))
+    return Text(f"Correlation ({c.metric}): " + "; ".join(parts)) if parts else None
 
 
 def deployment_panel(d: DeploymentReport) -> Panel:

@@ -179,6 +179,7 @@ def test_metrics_counter_is_exact_and_reset_safe() -> None:
         rows.append(sample(i * 60 + 30, "num_requests_running", 30.0))
     report = run(metrics=metrics_frame(rows))
     assert report.preemptions.total == 10 + 15 + 15 + 3 + 17
+    assert report.preemptions.since_start == 40 + 20  # both engine runs, up to their last value
     assert report.preemptions.exact
     assert all((w.preemptions or 0) >= 0 for w in report.windows)
     assert report.verdict.state == "over_capacity"
