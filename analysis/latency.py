@@ -262,7 +262,8 @@ def bucket_quantile(
     if total <= 0 or not math.isinf(bounds[-1]):
         return None, False
     rank = q * total
-    index = next(i for i, count in enumerate(counts) if count >= rank)
+    # The first non-empty bucket reaching the rank (q = 0 must not pick an empty first bucket).
+    index = next(i for i, count in enumerate(counts) if count >= rank and count > 0)
     if index == len(bounds) - 1:
         return (bounds[-2], True) if len(bounds) > 1 else (None, True)
     upper = bounds[index]

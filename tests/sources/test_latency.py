@@ -54,6 +54,12 @@ def test_quantile_skips_empty_buckets() -> None:
     assert not limited
 
 
+def test_quantile_zero_is_the_lower_edge_of_the_first_non_empty_bucket() -> None:
+    assert bucket_quantile(0.0, [0.1, INF], [0, 5]) == (0.1, True)
+    assert bucket_quantile(0.0, [0.1, 0.2, INF], [0, 4, 5]) == pytest.approx((0.1, False))
+    assert bucket_quantile(0.0, [0.1, 0.2, INF], [3, 5, 5]) == (0.0, True)
+
+
 def test_quantile_without_observations_or_inf_bucket_is_none() -> None:
     assert bucket_quantile(0.5, [0.3, INF], [0, 0]) == (None, False)
     assert bucket_quantile(0.5, [0.3, 0.5], [1, 2]) == (None, False)
