@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import regex
+from preemptscope.ingest import _reader
 from preemptscope.ingest import catalogue as cat
 
 _FLAGS = regex.VERSION0
@@ -50,9 +51,9 @@ STATS_FIELD_RES = [(name, regex.compile(pattern, _FLAGS)) for name, pattern in c
 STATS_KNOWN_RE = regex.compile(cat.STATS_KNOWN_FIELDS, _FLAGS)
 _COMMAS_RE = regex.compile(r"(?:\s*,\s*)+", _FLAGS)
 KIND_LITERALS = tuple({row.literal for row in cat.ALL_ROWS if row.kind != "access"})
-TERMINAL = (".", "%", ")", "]", "}", "'", '"', ":", "!", "?")
+TERMINAL = tuple(_reader.TERMINAL)
 # A hard-wrapped record is only joined when the first part is at least this long.
-WRAP_MIN = 60
+WRAP_MIN = _reader.WRAP_MIN
 
 
 @dataclass

@@ -31,50 +31,73 @@ def open_binary(path: str) -> BinaryIO:
     return handle
 
 
-def iter_chunks(path: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """Chunks of whole lines (each ends at a newline, except possibly the last one)."""
+def iter_chunks(path: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[memoryview]:
+    """Chunks of whole lines (each ends at a newline, except possibly the last one).
+
+    Each chunk is read straight into a fresh buffer behind the carried-over partial line, so
+    no chunk is copied again in Python.
+    """
     handle = open_binary(path)
     carry = b""
     try:
         while True:
+            buffer = bytearray(len(carry) + chunk_bytes)
+            buffer[: len(carry)] = carry
+            view = memoryview(buffer)
             try:
-                block = handle.read(chunk_bytes)
+                got = handle.readinto(view[len(carry) :])  # type: ignore[attr-defined]
             except (OSError, EOFError, gzip.BadGzipFile) as exc:
                 raise InputError(path, f"cannot read: {exc}") from exc
-            if not block:
+            if not got:
                 break
-            block = carry + block if carry else block
-            cut = block.rfind(b"\n")
+            end = len(carry) + got
+            cut = safe_cut(buffer, end)
             if cut < 0:
-                carry = block
+                carry = bytes(view[:end])
                 continue
-            carry = block[cut + 1 :]
-            yield block[: cut + 1]
+            carry = bytes(view[cut + 1 : end])
+            yield view[: cut + 1]
         if carry:
-            yield carry
+            yield memoryview(carry)
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
 
 
-def _valid_utf8(chunk: bytes) -> bytes:
-    if chunk.isascii():
-        return chunk
-    try:
-        chunk.decode("utf-8")
-    except UnicodeDecodeError:
-        # Damaged bytes become U+FFFD; the line is kept, never dropped.
-        return chunk.decode("utf-8", "replace").encode("utf-8")
-    return chunk
+# A line ending in one of these (or shorter than WRAP_MIN) ends its record; a longer line
+# ending otherwise may be the first half of a terminal hard-wrap.
+TERMINAL = ".%)]}'\":!?"
+WRAP_MIN = 60
+_TERMINAL = frozenset(TERMINAL.encode())
+_SAFE_SEARCH = 4096
 
 
-def split_lines(chunk: bytes) -> pl.Series:
+def safe_cut(buffer: bytearray, end: int) -> int:
+    """Index of the newline to end a chunk at: after a line that cannot continue on the next.
+
+    Terminal hard-wraps split one record over two lines; cutting a chunk between them would
+    hide the join from the per-chunk parser. Falls back to the last newline.
+    """
+    last = buffer.rfind(b"\n", 0, end)
+    cut = last
+    for _ in range(_SAFE_SEARCH):
+        if cut < 0:
+            return last
+        start = buffer.rfind(b"\n", 0, cut) + 1
+        stop = cut - 1 if cut > start and buffer[cut - 1] == 13 else cut
+        if stop - start < WRAP_MIN or buffer[stop - 1] in _TERMINAL:
+            return cut
+        cut = start - 1
+    return last
+
+
+def split_lines(chunk: bytes | memoryview) -> pl.Series:
     """One String per physical line, trailing newline kept (patterns tolerate it).
 
     Newlines are found by Polars on a zero-copy UInt8 view and the strings are built by Arrow
-    from the same buffer, so no Python object is made per line.
+    from the same buffer, so no Python object is made per line. Invalid UTF-8 becomes U+FFFD:
+    the line is kept, never dropped.
     """
-    chunk = _valid_utf8(chunk)
     size = len(chunk)
     if size == 0:
         return pl.Series("raw", [], dtype=pl.String)
@@ -87,9 +110,16 @@ def split_lines(chunk: bytes) -> pl.Series:
         pieces.append(pl.Series([size], dtype=pl.Int64))
     offsets = pl.concat(pieces)
     count = offsets.len() - 1
-    array = pa.LargeStringArray.from_buffers(count, offsets.to_arrow().buffers()[1], buffer)
-    lines = pl.from_arrow(array)
-    assert isinstance(lines, pl.Series)
+    array = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), count, [None, offsets.to_arrow().buffers()[1], buffer]
+    )
+    binary = pl.from_arrow(array)
+    assert isinstance(binary, pl.Series)
+    try:
+        lines = binary.cast(pl.String)
+    except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError):
+        text = bytes(chunk).decode("utf-8", "replace").encode("utf-8")
+        return split_lines(text)
     return lines.rename("raw")
 
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import glob
 import os
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,9 +71,12 @@ class ParseState:
 _HELPERS = {k: pl.String() for k in ("_mon", "_day", "_hms", "_wts", "_ats")}
 _REC_COLS = ("process", "pid", "level")
 
-_ANSI_PROBE = cat.ANSI_PROBE
-_KIND_LITERALS = sorted({row.literal for row in cat.ALL_ROWS})
-_CAND = "|".join(re.escape(lit) for lit in _KIND_LITERALS)
+# Every ANSI form seen in logs ends a colour with a reset; ESC-less pastes keep `[0m`.
+_ANSI_LITERALS = ["\x1b", "#033[", "[0m", "[0;0m"]
+# Request rows whose message starts right after the `[file:line] ` of a vLLM header: a
+# literal check (Aho-Corasick) instead of a regex over the biggest lines of a V0 log.
+_REQ_STARTS = [f"] {row.literal}" for row in cat.REQUEST_ROWS if row.name != "failed"]
+_BLANK_STARTS = (" ", "\t", "\n", "\r", "\x0b", "\x0c")
 _PY_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.PYTHON_ROWS}))
 _STATS_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.STATS_ROWS}))
 _REQ_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.REQUEST_ROWS}))
@@ -243,111 +248,128 @@ def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
 class _Batch:
     frames: dict[str, list[pl.DataFrame]]
     accounting: LineAccounting
+    summarized: dict[str, int]  # rows recognised but not extracted (summary mode)
 
 
 def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool) -> _Batch:
-    """Route every line and extract the vectorised kinds; odd lines go to _lines."""
+    """Route every line and extract the vectorised kinds; odd lines go to _lines.
+
+    A cascade of filters: each probe runs only on the lines no earlier probe claimed, so the
+    bulk (access lines) costs two scans, and the rare kinds pay for the detailed checks.
+    """
     n = raw.len()
     frames: dict[str, list[pl.DataFrame]] = {kind: [] for kind in FRAME_SCHEMAS}
     accounting = LineAccounting(lines=n)
     if n == 0:
-        return _Batch(frames, accounting)
+        return _Batch(frames, accounting, {})
     df = pl.DataFrame({"raw": raw}).with_columns(
         pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
     )
-    if df.select(pl.col("raw").str.contains(_ANSI_PROBE).any()).item():
-        df = df.with_columns(
-            pl.when(pl.col("raw").str.contains(_ANSI_PROBE))
-            .then(pl.col("raw").str.replace_all(cat.ANSI, ""))
-            .otherwise(pl.col("raw"))
-        )
-    df = df.with_columns(
-        pl.col("raw").str.contains(r"^\s*$").alias("blank"),
-        pl.col("raw").str.count_matches(cat.HEADER_CORE).alias("hdr"),
-        pl.col("raw").str.contains(_CAND).alias("cand"),
-        pl.col("raw").str.contains(_UVICORN_PROBE).alias("uvi"),
-        pl.col("raw").str.contains("\r", literal=True).alias("cr"),
-    )
-    hdr = pl.col("hdr")
     raw_c = pl.col("raw")
-    route = (
-        pl.when(pl.col("blank"))
-        .then(pl.lit("blank"))
-        .when(raw_c.str.starts_with("{"))
-        .then(pl.lit("py"))
-        .when(pl.col("cr") & ~raw_c.str.contains(r"^[^\r]*\r\n?$"))
-        .then(pl.lit("py"))
-        .when(~pl.col("cand"))
-        .then(
-            pl.when(hdr == 1)
-            .then(pl.lit("other"))
-            .when((hdr == 0) & pl.col("uvi"))
-            .then(pl.lit("other_uvi"))
-            .otherwise(pl.lit("py"))
+    unusual = raw.str.contains_any([*_ANSI_LITERALS, "\r"])
+    ansi = unusual & raw.str.contains_any(_ANSI_LITERALS) if unusual.any() else unusual
+    if ansi.any():
+        df = df.with_columns(
+            pl.when(ansi).then(raw_c.str.replace_all(cat.ANSI, "")).otherwise(raw_c)
         )
-        .when(raw_c.str.contains(_PY_LIT))
-        .then(pl.lit("py"))
-        .when(raw_c.str.contains(_STATS_LIT))
-        .then(
-            pl.when((hdr == 1) & raw_c.str.contains(_STATS_VALID))
-            .then(pl.lit("stats"))
-            .otherwise(pl.lit("py"))
+    routed: dict[str, list[pl.DataFrame]] = {}
+    odd_parts: list[pl.DataFrame] = []
+
+    def claim(name: str, part: pl.DataFrame) -> None:
+        if part.height:
+            routed.setdefault(name, []).append(part)
+
+    def split(part: pl.DataFrame, mask: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
+        # Each predicate is computed once; both sides are cheap view copies.
+        return part.filter(mask), part.filter(~mask)
+
+    # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws.
+    text = df["raw"]
+    odd_mask = text.str.starts_with("{")
+    carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
+    if carriage.any():
+        odd_mask = odd_mask | (carriage & ~text.str.contains(r"^[^\r]*\r\n?$"))
+    if odd_mask.any():
+        odd, df = split(df, odd_mask)
+        odd_parts.append(odd)
+    # 1. uvicorn access lines, the bulk of a busy server's log.
+    access, rest = split(df, df["raw"].str.contains(" HTTP/", literal=True))
+    if access.height:
+        # Uvicorn's shape by literals; fields a damaged line lacks are null when extracted.
+        shape = access["raw"].str.contains("INFO:", literal=True) & access["raw"].str.contains(
+            ' - "', literal=True
         )
-        .when((hdr == 1) & raw_c.str.contains(_REQ_VALID))
-        .then(pl.lit("requests"))
-        .when((hdr == 0) & pl.col("uvi") & raw_c.str.contains(_ACCESS_EXTRACT))
-        .then(pl.lit("access"))
-        .when(hdr == 1)
-        .then(pl.lit("other"))
-        .when((hdr == 0) & pl.col("uvi"))
-        .then(pl.lit("other_uvi"))
-        .otherwise(pl.lit("py"))
-    )
-    # Only candidate lines pay for the per-kind checks.
-    plain = df.filter(~pl.col("cand"))
-    cands = df.filter(pl.col("cand"))
-    routed = pl.concat(
-        [
-            plain.select("line", "raw", "blank", "hdr", "uvi", "cr", route.alias("route")),
-            cands.select("line", "raw", "blank", "hdr", "uvi", "cr", route.alias("route")),
-        ]
-    )
-    counts = dict(routed.group_by("route").len().iter_rows())
-    accounting.blank_lines = int(counts.get("blank", 0))
-    fast_parsed = sum(int(v) for k, v in counts.items() if k not in ("blank", "py"))
+        good, bad = split(access, shape)
+        claim("access", good)
+        rest = pl.concat([rest, bad])
+    # 2. kinds parsed per line (preemption, KV sizing, config).
+    py, rest = split(rest, rest["raw"].str.contains(_PY_LIT))
+    odd_parts.append(py)
+    # 3. scheduler stats: well-formed single records only; anything else is damage.
+    candidates, rest = split(rest, rest["raw"].str.contains(_STATS_LIT))
+    if candidates.height:
+        single = candidates["raw"].str.count_matches(cat.HEADER_CORE) == 1
+        good, bad = split(candidates, single & candidates["raw"].str.contains(_STATS_VALID))
+        claim("stats", good)
+        odd_parts.append(bad)
+    # 4. request lifecycle lines; a request literal elsewhere in a message is just "other".
+    rest = rest.with_columns(raw_c.str.count_matches(cat.HEADER_CORE).alias("hdr"))
+    candidates, rest = split(rest, rest["raw"].str.contains_any(_REQ_STARTS))
+    if candidates.height:
+        good, bad = split(candidates, candidates["hdr"] == 1)
+        claim("requests", good.drop("hdr"))
+        odd_parts.append(bad.drop("hdr"))  # glued records or no header: per line
+    candidates, rest = split(rest, rest["raw"].str.contains(_REQ_LIT))
+    if candidates.height:
+        good, bad = split(
+            candidates, (candidates["hdr"] == 1) & candidates["raw"].str.contains(_REQ_VALID)
+        )
+        claim("requests", good.drop("hdr"))
+        rest = pl.concat([rest, bad])
+    # 5. everything else: blank, one vLLM header (other), uvicorn's own lines, or odd.
+    if rest.height:
+        starts = rest["raw"].str.starts_with(_BLANK_STARTS[0])
+        for char in _BLANK_STARTS[1:]:
+            starts = starts | rest["raw"].str.starts_with(char)
+        blank, rest = split(rest, starts & rest["raw"].str.contains(r"^\s*$"))
+        claim("blank", blank)
+        other, rest = split(rest, rest["hdr"] == 1)
+        claim("other", other.drop("hdr"))
+        uvi, rest = split(rest, (rest["hdr"] == 0) & rest["raw"].str.contains(_UVICORN_PROBE))
+        claim("other_uvi", uvi.drop("hdr"))
+        odd_parts.append(rest.drop("hdr"))
 
-    stats = routed.filter(pl.col("route") == "stats")
-    if stats.height:
-        frames["scheduler_stats"].append(_stats_frame(stats))
-    if want_all:
-        for route_name, builder in (
-            ("requests", _requests_frame),
-            ("access", _access_frame),
-        ):
-            sub = routed.filter(pl.col("route") == route_name)
-            if sub.height:
-                frames[route_name].append(builder(sub))
-        sub = routed.filter(pl.col("route") == "other")
-        if sub.height:
-            frames["other"].append(_other_frame(sub, uvicorn=False))
-        sub = routed.filter(pl.col("route") == "other_uvi")
-        if sub.height:
-            frames["other"].append(_other_frame(sub, uvicorn=True))
-    else:
-        for route_name, kind in (("requests", "requests"), ("access", "access")):
-            if counts.get(route_name):
-                frames[kind].append(_count_only(kind, int(counts[route_name])))
-        other_count = int(counts.get("other", 0)) + int(counts.get("other_uvi", 0))
-        if other_count:
-            frames["other"].append(_count_only("other", other_count))
+    counts = {name: sum(part.height for part in parts) for name, parts in routed.items()}
+    accounting.blank_lines = counts.get("blank", 0)
+    summarized: dict[str, int] = {}
+    if "stats" in routed:
+        frames["scheduler_stats"].append(_stats_frame(pl.concat(routed["stats"], how="diagonal")))
+    builders = {
+        "requests": ("requests", _requests_frame),
+        "access": ("access", _access_frame),
+        "other": ("other", lambda sub: _other_frame(sub, uvicorn=False)),
+        "other_uvi": ("other", lambda sub: _other_frame(sub, uvicorn=True)),
+    }
+    for name, (kind, builder) in builders.items():
+        if name not in routed:
+            continue
+        if want_all:
+            frames[kind].append(builder(pl.concat(routed[name], how="diagonal")))
+        else:
+            summarized[kind] = summarized.get(kind, 0) + counts[name]
 
-    odd = routed.filter(pl.col("route") == "py").sort("line")
+    odd = (
+        pl.concat([part.select("line", "raw") for part in odd_parts]).sort("line")
+        if odd_parts
+        else pl.DataFrame(schema={"line": pl.Int64, "raw": pl.String})
+    )
     parsed = 0
     if odd.height:
-        prev_of = df.select(
-            pl.col("line"), pl.col("raw").shift(1, fill_value=previous).alias("prev")
-        )
-        odd = odd.join(prev_of, on="line", how="left").sort("line")
+        # The physical line before each odd line (for hard-wrap continuations).
+        index = odd["line"] - first_line
+        before = raw.gather((index - 1).clip(lower_bound=0)).to_list()
+        prevs = [previous if i == 0 else before[k] for k, i in enumerate(index.to_list())]
+        odd = odd.with_columns(pl.Series("prev", prevs, dtype=pl.String))
         result = _lines.parse_odd_lines(
             [(int(a), str(b), c) for a, b, c in odd.select("line", "raw", "prev").iter_rows()]
         )
@@ -366,20 +388,9 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
                 )
             )
         accounting.unrecognized_lines = len(result.unrecognized)
+    fast_parsed = sum(v for k, v in counts.items() if k != "blank")
     accounting.parsed_lines = fast_parsed + parsed
-    return _Batch(frames, accounting)
-
-
-_COUNT_ONLY = "_count_only"
-
-
-def _count_only(kind: str, count: int) -> pl.DataFrame:
-    """Summary mode: `count` rows of nulls (only their number is used) with the kind's columns."""
-    columns = _kind_columns(kind)
-    frame = pl.DataFrame({"line": pl.Series([None] * count, dtype=pl.Int64)}).with_columns(
-        [pl.lit(None, dtype=dt).alias(name) for name, dt in columns.items() if name != "line"]
-    )
-    return frame
+    return _Batch(frames, accounting, summarized)
 
 
 def _rows_frame(kind: str, rows: list[dict[str, object]]) -> pl.DataFrame:
@@ -398,6 +409,7 @@ def _finish(
 ) -> LogFrames:
     result = LogFrames(source=source, deployment=deployment, timezone=options.tz)
     result.accounting = batch.accounting
+    result.summarized = dict(batch.summarized)
     kinds: dict[str, pl.DataFrame] = {}
     for kind, parts in batch.frames.items():
         if kind == "unrecognized":
@@ -550,6 +562,25 @@ def _options_for(path: str, options: ParseOptions) -> ParseOptions:
     )
 
 
+def _route_chunk(
+    chunk: memoryview, first_line: int, previous: str | None, want_all: bool
+) -> _Batch:
+    return _route(split_lines(chunk), first_line, previous, want_all)
+
+
+def _last_line(chunk: memoryview) -> str:
+    data = chunk.obj if isinstance(chunk.obj, (bytes, bytearray)) else bytes(chunk)
+    end = len(chunk)
+    start = data.rfind(b"\n", 0, end - 1) + 1 if end else 0
+    return bytes(chunk[start:end]).decode("utf-8", "replace")
+
+
+def _line_count(chunk: memoryview) -> int:
+    data = chunk.obj if isinstance(chunk.obj, (bytes, bytearray)) else bytes(chunk)
+    count = data.count(b"\n", 0, len(chunk))
+    return count + (1 if len(chunk) and chunk[-1] != 10 else 0)
+
+
 def iter_parse_path(
     path: str | Path,
     *,
@@ -558,38 +589,46 @@ def iter_parse_path(
     chunk_bytes: int = CHUNK_BYTES,
     summary_only: bool = False,
     progress: Callable[[int], None] | None = None,
+    workers: int | None = None,
 ) -> Iterator[LogFrames]:
     """Stream a file chunk by chunk: one LogFrames per chunk, memory flat in the file size.
 
-    With `summary_only`, requests/access/other rows are counted but their columns are not
-    extracted (all-null rows): what `parse --json` needs, at a fraction of the cost.
+    Chunks end only after a line that cannot continue on the next one (see
+    _reader.safe_cut), so they are routed and extracted independently, `workers` at a time
+    (Polars releases the GIL); timestamps are resolved in order in this thread.
+    With `summary_only`, requests/access/other rows are counted (LogFrames.summarized) but
+    not extracted: what `parse --json` needs, at a fraction of the cost.
     `progress` is called with the number of bytes of each chunk read.
     """
     name = str(path)
     dep = deployment or display_name(name)
     opts = _options_for(name, options)
     state = ParseState()
+    threads = workers if workers is not None else max(1, min(2, os.cpu_count() or 1))
     next_line = 1
-    chunks = iter_chunks(name, chunk_bytes)
-    current = next(chunks, None)
-    while current is not None:
-        following = next(chunks, None)
-        if progress is not None:
-            progress(len(current))
-        raw = split_lines(current)
-        frames = _parse_series(
-            raw,
-            first_line=next_line,
-            source=name,
-            deployment=dep,
-            options=opts,
-            state=state,
-            final=following is None,
-            want_all=not summary_only,
-        )
-        next_line += raw.len()
-        yield frames
-        current = following
+    previous: str | None = None
+    in_flight: deque[Future[_Batch]] = deque()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for chunk in iter_chunks(name, chunk_bytes):
+            if progress is not None:
+                progress(len(chunk))
+            in_flight.append(
+                pool.submit(_route_chunk, chunk, next_line, previous, not summary_only)
+            )
+            next_line += _line_count(chunk)
+            previous = _last_line(chunk)
+            while len(in_flight) > threads:
+                yield _finish(
+                    in_flight.popleft().result(),
+                    source=name,
+                    deployment=dep,
+                    options=opts,
+                    state=state,
+                )
+        while in_flight:
+            yield _finish(
+                in_flight.popleft().result(), source=name, deployment=dep, options=opts, state=state
+            )
 
 
 def parse_path(

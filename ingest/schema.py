@@ -202,12 +202,17 @@ class LogFrames:
     log_era: str | None = None  # "v0", "v1", "mixed" or None when nothing tells
     timezone: str = "UTC"  # zone assumed for the log's own naive timestamps
     year_source: str | None = None  # "wrapper", "json", "mtime", "option", "now"
+    # Rows recognised but not extracted, per kind (only when parsed with summary_only=True:
+    # requests, access and other are then counted, not materialised).
+    summarized: dict[str, int] = field(default_factory=dict)
 
     def __getitem__(self, kind: str) -> pl.DataFrame:
         return self.frames[kind]
 
     def record_counts(self) -> dict[str, int]:
-        return {kind: frame.height for kind, frame in self.frames.items()}
+        return {
+            kind: frame.height + self.summarized.get(kind, 0) for kind, frame in self.frames.items()
+        }
 
     def extend(self, other: LogFrames) -> None:
         """Append the next batch of the same source: frames, line counts, version, era."""
@@ -228,3 +233,5 @@ class LogFrames:
         else:
             self.log_era = self.log_era or other.log_era
         self.year_source = self.year_source or other.year_source
+        for kind, count in other.summarized.items():
+            self.summarized[kind] = self.summarized.get(kind, 0) + count

@@ -110,8 +110,8 @@ class LogSummary:
         self.parsed_lines += acc.parsed_lines
         self.unrecognized_lines += acc.unrecognized_lines
         self.blank_lines += acc.blank_lines
-        for kind, frame in frames.frames.items():
-            self.records[kind] = self.records.get(kind, 0) + frame.height
+        for kind, count in frames.record_counts().items():
+            self.records[kind] = self.records.get(kind, 0) + count
         self.vllm_version = self.vllm_version or frames.vllm_version
         if frames.log_era is not None:
             if self.log_era not in (None, frames.log_era):

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 from preemptscope.errors import ConfigError
@@ -109,13 +116,17 @@ def run(args: argparse.Namespace) -> int:
             task = progress.add_task(path, total=size)
             summary: LogSummary | None = None
             tag = hashlib.sha1(path.encode()).hexdigest()[:8]
+
+            def advance(n: int, task_id: TaskID = task) -> None:
+                progress.advance(task_id, n)
+
             for index, frames in enumerate(
                 iter_parse_path(
                     path,
                     deployment=name,
                     options=options,
                     summary_only=args.out is None,
-                    progress=lambda n, t=task: progress.advance(t, n),
+                    progress=advance,
                 )
             ):
                 if summary is None:
