@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -151,3 +152,29 @@ def test_from_real_log_lines() -> None:
     assert rows["cmpl-81abe7cfa0cc42a696c703368ba37734"]["e2e"] == pytest.approx(3.0)
     assert rows["cmpl-4d1abf620f01dad2f8fd2946e6d0ee3a"]["e2e"] == pytest.approx(11.0)
     assert rows["chatcmpl-a"]["success"] is False
+
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+def _parse(path: Path) -> pl.DataFrame:
+    lines = path.read_text().splitlines()
+    frames = parse_lines(lines, source=str(path), deployment="d", options=ParseOptions(year=2024))
+    return latencies_from_requests(frames["requests"])
+
+
+def test_real_excerpt_with_both_ends() -> None:
+    frame = _parse(FIXTURES / "logs" / "v0_2x_llm_engine.log")
+    (row,) = frame.iter_rows(named=True)
+    assert row["request_id"] == "cmpl-45f7aa" and row["e2e"] == 5.0 and row["success"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "052-v030-stats-with-extra-iteration-time-fields-finished-request.log",  # ends only
+        "070-v063dev173-priority-preemption-then-crash.log",  # starts only (MQLLMEngine)
+    ],
+)
+def test_real_excerpts_with_one_end_give_no_rows(name: str) -> None:
+    assert _parse(FIXTURES / "corpus" / name).is_empty()
