@@ -1,7 +1,8 @@
 """vLLM `/metrics` text (a snapshot, a directory of snapshots, a live scrape) into METRIC_SAMPLES.
 
-Parsing is prometheus-client's; this module only names things. Every sample of the
-exposition is kept (vLLM's and the process/python ones alike), under a canonical,
+Parsing is prometheus-client's, once per exposition layout (consecutive scrapes of a server
+share it; later snapshots only have their values read); this module names things. Every
+sample is kept (vLLM's and the process/python ones alike), under a canonical,
 version-tolerant name (see `canonical_name` and docs/sources.md):
 
 * prefixes `vllm:`, `ray_vllm_` and `ray_vllm:` are stripped;
