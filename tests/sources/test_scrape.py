@@ -218,3 +218,19 @@ def test_frame_from_directory_is_sorted(tmp_path: Path) -> None:
     assert frame["timestamp"].is_sorted()
     preempt = frame.filter((pl.col("metric") == "num_preemptions") & (pl.col("sample") == "value"))
     assert preempt.height == 4  # 2 engines x 2 snapshots
+
+
+def test_ctrl_c_ends_a_recording_cleanly(
+    tmp_path: Path, server_factory: Callable[[Callable[[int], Response]], _Server]
+) -> None:
+    server = server_factory(lambda _: (200, FIXTURE, 0.0))
+
+    def interrupted(_: float) -> None:
+        raise KeyboardInterrupt
+
+    tally = record(
+        server.url, tmp_path, interval=1.0, timeout=1.0, stream=io.StringIO(), sleep=interrupted
+    )
+    assert tally.ok == 1 and tally.failed == 0
+    assert len(list(tmp_path.glob("*.prom"))) == 1
+    assert not list(tmp_path.glob(".*"))  # no temporary left behind
