@@ -36,6 +36,7 @@ __all__ = [
     "gauge_windows",
     "histogram_metric",
     "histogram_window_stats",
+    "histogram_windows_counts",
     "histogram_windows_stats",
     "info_labels",
     "samples_window_stats",
@@ -343,6 +344,44 @@ def _resolve(samples: pl.DataFrame, metric: str) -> tuple[str | None, LatencyMet
         known = ", ".join(sorted([*HISTOGRAM_METRICS, *_KIND_OF]))
         raise ValueError(f"unknown latency histogram {metric!r}; known: {known}")
     return metric, _KIND_OF[metric]
+
+
+def histogram_windows_counts(
+    samples: pl.DataFrame,
+    metric: str,
+    windows: Sequence[Window],
+    *,
+    model_name: str | None = None,
+) -> list[list[tuple[float, float]] | None]:
+    """Per window, the observations per bucket as (upper bound, count), not cumulative.
+
+    For distributions that are not latencies, e.g. `request_num_preemptions` (bounds 1, 2, 3,
+    4, 5, 10, 20: the first bucket mixes 0 and 1 preemption, so "preempted twice or more" is
+    the count above 1). None when the window has no pair of scrapes.
+    """
+    pairs = _window_index(_histogram_pairs(samples, metric, model_name), windows, cumulative=True)
+    totals = (
+        pairs.filter(pl.col("sample") == "bucket")
+        .group_by("window", "le")
+        .agg(pl.col("increase").sum())
+        .sort("window", "le")
+    )
+    per_window: dict[int, list[tuple[float, float]]] = {}
+    for window, le, increase in totals.iter_rows():
+        per_window.setdefault(window, []).append((le, increase))
+    result: list[list[tuple[float, float]] | None] = []
+    for index in range(len(windows)):
+        cumulative = per_window.get(index)
+        if cumulative is None:
+            result.append(None)
+            continue
+        counts, below = [], 0.0
+        for le, total in cumulative:
+            total = max(total, below)  # mixed-bound series can make the sum dip
+            counts.append((le, total - below))
+            below = total
+        result.append(counts)
+    return result
 
 
 def histogram_windows_stats(

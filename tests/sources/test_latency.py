@@ -13,6 +13,7 @@ from preemptscope.analysis.latency import (
     gauge_window,
     histogram_metric,
     histogram_window_stats,
+    histogram_windows_counts,
     histogram_windows_stats,
     info_labels,
     samples_window_stats,
@@ -416,3 +417,20 @@ def test_samples_window_uses_request_start_and_skips_failures() -> None:
     assert late is not None and late.count == 1
     assert samples_window_stats(frame, "tpot", at(0), at(60)) is None
     assert samples_window_stats(frame, "e2e", at(100), at(160)) is None
+
+
+def test_histogram_counts_per_bucket_for_request_num_preemptions() -> None:
+    first = {"1": 10, "2": 10, "5": 10, "+Inf": 10}
+    later = {"1": 70, "2": 85, "5": 96, "+Inf": 100}
+    frame = snapshots(
+        [
+            (0, histogram_lines("request_num_preemptions", first, 0, 10)),
+            (30, histogram_lines("request_num_preemptions", later, 80, 100)),
+        ]
+    )
+    windows = [(at(-30), at(0)), (at(0), at(30))]
+    before, during = histogram_windows_counts(frame, "request_num_preemptions", windows)
+    assert before is None
+    assert during == [(1.0, 60.0), (2.0, 15.0), (5.0, 11.0), (INF, 4.0)]
+    # requests preempted twice or more in the window: 30 of 90
+    assert sum(count for le, count in during if le > 1) == 30
