@@ -184,10 +184,16 @@ def _vllm_anchor(result: Mapping[str, Any], path: str, notes: list[str]) -> date
     date, duration = result.get("date"), _number(result.get("duration"))
     if not isinstance(date, str):
         return None
-    try:
-        saved = datetime.strptime(date, "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
-    except ValueError:
-        raise InputError(path, f"vllm bench `date` {date!r} is not YYYYMMDD-HHMMSS") from None
+    # Saved right after the run, with the client's naive local clock.
+    saved = None
+    for layout in ("%Y%m%d-%H%M%S", "%Y-%m-%d %H:%M:%S"):
+        try:
+            saved = datetime.strptime(date, layout).replace(tzinfo=UTC)
+            break
+        except ValueError:
+            continue
+    if saved is None:
+        raise InputError(path, f"vllm bench `date` {date!r} is not YYYYMMDD-HHMMSS")
     note = "vllm bench `date` is the client's local time; read as UTC (give a start to re-anchor)"
     if note not in notes:
         notes.append(note)

@@ -209,3 +209,13 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
     (tmp_path / "header.csv").write_text("start,e2e\n")
     with pytest.raises(InputError, match="no per-request latencies"):
         read_latencies(tmp_path / "header.csv", deployment="d")
+
+
+def test_vllm_bench_date_layouts(tmp_path: Path) -> None:
+    source = json.loads((FIXTURES / "vllm_bench_0_33_detailed.json").read_text())
+    target = tmp_path / "r.json"
+    target.write_text(json.dumps(dict(source, date="2026-11-29 10:02:10")))
+    assert read_latencies(target, deployment="d")["start"][0] == T + timedelta(minutes=2)
+    target.write_text(json.dumps(dict(source, date="yesterday")))
+    with pytest.raises(InputError, match="YYYYMMDD-HHMMSS"):
+        read_latencies(target, deployment="d")
