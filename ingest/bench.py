@@ -122,8 +122,14 @@ class _Rows:
         output_tokens: int | None = None,
         success: bool = True,
     ) -> None:
-        if tpot is None and e2e is not None and ttft is not None and (output_tokens or 0) > 1:
-            tpot = (e2e - ttft) / (output_tokens - 1)  # type: ignore[operator]
+        if (
+            tpot is None
+            and e2e is not None
+            and ttft is not None
+            and output_tokens is not None
+            and output_tokens > 1
+        ):
+            tpot = (e2e - ttft) / (output_tokens - 1)  # vLLM's TPOT: first token excluded
         values = (request_id, start, e2e, ttft, tpot, prompt_tokens, output_tokens, success)
         names = ("request_id", "start", "e2e", "ttft", "tpot", "prompt_tokens", "output_tokens")
         for name, value in zip((*names, "success"), values, strict=True):
@@ -270,16 +276,17 @@ def _read_vllm(
             )
             if note not in notes:
                 notes.append(note)
-        first = min((s for s in starts if _number(s) is not None), default=None) if starts else None
+        offsets = [_number(s) for s in starts] if starts is not None else None
+        first = min((o for o in offsets if o is not None), default=None) if offsets else None
         for i in range(n):
             ttft = _number(ttfts[i]) if ttfts else None
             e2e = _number(latencies[i]) if latencies else None
             if e2e is None and ttft is not None and itls is not None and isinstance(itls[i], list):
                 e2e = ttft + sum(_number(x) or 0.0 for x in itls[i])
             moment = None
-            if starts is not None and anchor is not None and first is not None:
-                offset = _number(starts[i])
-                moment = anchor + timedelta(seconds=offset - first) if offset is not None else None
+            offset = offsets[i] if offsets is not None else None
+            if anchor is not None and first is not None and offset is not None:
+                moment = anchor + timedelta(seconds=offset - first)
             failed = bool(errors[i]) if errors is not None else not (e2e or ttft)
             rows.add(
                 request_id=f"{label}:{i}" if len(results) > 1 else str(i),
