@@ -199,18 +199,49 @@ def simulate(
     s_fin: list[int] = []
 
     waiting = _Waiting(config.scheduling_policy, prio, arrival)
-    running: list[int] = []
     clock = 0.0
     next_arr = 0
     policy_priority = config.scheduling_policy == "priority"
     chunked = config.enable_chunked_prefill
     max_seqs = config.max_num_seqs
 
+    # The running batch, in running order, as aligned arrays (slices [:nr] are the batch):
+    # request index, computed tokens, tokens to compute (prompt + generated), generated,
+    # output length, KV blocks held, and whether the first token was produced.
+    size = max_seqs + 1
+    r_id = np.zeros(size, dtype=np.int64)
+    r_comp = np.zeros(size, dtype=np.int64)
+    r_ntok = np.zeros(size, dtype=np.int64)
+    r_gen = np.zeros(size, dtype=np.int64)
+    r_tgt = np.zeros(size, dtype=np.int64)
+    r_blk = np.zeros(size, dtype=np.int64)
+    r_first = np.zeros(size, dtype=np.bool_)
+    nr = 0
+
+    def store(k: int) -> None:
+        idx = r_id[:k]
+        computed[idx] = r_comp[:k]
+        ntok[idx] = r_ntok[:k]
+        generated[idx] = r_gen[:k]
+        blocks[idx] = r_blk[:k]
+
+    def load(ids: list[int]) -> int:
+        k = len(ids)
+        idx = np.asarray(ids, dtype=np.int64)
+        r_id[:k] = idx
+        r_comp[:k] = computed[idx]
+        r_ntok[:k] = ntok[idx]
+        r_gen[:k] = generated[idx]
+        r_tgt[:k] = target[idx]
+        r_blk[:k] = blocks[idx]
+        r_first[:k] = ~np.isnan(first_tok[idx])
+        return k
+
     for _ in range(max_steps):
         while next_arr < n and arrival[next_arr] <= clock:
             waiting.add(next_arr)
             next_arr += 1
-        if not running and not len(waiting):
+        if not nr and not len(waiting):
             if next_arr >= n:
                 break
             clock = float(arrival[next_arr])
@@ -221,49 +252,53 @@ def simulate(
         budget = config.max_num_batched_tokens
         preempted = 0
         kv_blocked = False
-        # The scheduled batch: request index, tokens this step, computed tokens before it,
-        # and tokens it still needed (== tokens scheduled when the step completes it).
-        sched_idx: IntArray = _EMPTY
-        sched_q: IntArray = _EMPTY
-        sched_ctx: IntArray = _EMPTY
-        sched_need: IntArray = _EMPTY
-        if running:
-            run = np.fromiter(running, dtype=np.int64, count=len(running))
-            comp = computed[run]
-            need = ntok[run] - comp
+        budget_limited = False
+        q: IntArray = _EMPTY
+        need: IntArray = _EMPTY
+        all_decode = False
+        if nr:
+            comp = r_comp[:nr]
+            need = r_ntok[:nr] - comp
             total_need = int(np.add.reduce(need))
+            if total_need == nr:
+                # Every running request decodes one token (the common step): it needs a new
+                # block exactly when its context fills its last one.
+                crossing = comp % bs == 0
+                total_new = int(np.count_nonzero(crossing))
+                if total_new <= free:
+                    all_decode = True
+                    free -= total_new
+                    budget -= nr
+                    r_blk[:nr] += crossing
+                    q = need
+        if nr and not all_decode:
+            comp = r_comp[:nr]
             if total_need <= budget:
                 q = need
             else:
+                budget_limited = True
                 q = np.minimum(need, np.maximum(budget - (np.cumsum(need) - need), 0))
-            run_blocks = blocks[run]
             new_blocks = -(-(comp + q) // bs)
-            total_new = int(np.add.reduce(new_blocks)) - int(np.add.reduce(run_blocks))
+            total_new = int(np.add.reduce(new_blocks)) - int(np.add.reduce(r_blk[:nr]))
             if total_new <= free:
-                blocks[run] = new_blocks
+                r_blk[:nr] = new_blocks
                 free -= total_new
-                if total_need <= budget:
-                    sched_idx, sched_q, sched_ctx, sched_need = run, q, comp, need
-                    budget -= total_need
-                else:
-                    mask = q > 0
-                    sched_idx, sched_q = run[mask], q[mask]
-                    sched_ctx, sched_need = comp[mask], need[mask]
-                    budget -= int(np.add.reduce(sched_q))
+                budget -= int(np.add.reduce(q)) if budget_limited else total_need
             else:
+                store(nr)
+                running = r_id[:nr].tolist()
                 sched, budget, free, preempted = _schedule_running_with_preemption(
                     running, waiting, ntok, computed, blocks, prio, arrival,
                     npre, pre_t, pre_r, clock, budget, free, bs, policy_priority,
                 )  # fmt: skip
-                sched_idx = np.fromiter(sched.keys(), dtype=np.int64, count=len(sched))
-                sched_q = np.fromiter(sched.values(), dtype=np.int64, count=len(sched))
-                sched_ctx = computed[sched_idx]
-                sched_need = ntok[sched_idx] - sched_ctx
+                nr = load(running)
+                q = np.fromiter((sched.get(r, 0) for r in running), dtype=np.int64, count=nr)
+                need = r_ntok[:nr] - r_comp[:nr]
+                budget_limited = True
 
-        admitted: list[int] = []
         admitted_q: list[int] = []
         if not preempted:
-            while len(waiting) and budget > 0 and len(running) < max_seqs:
+            while len(waiting) and budget > 0 and nr < max_seqs:
                 r = waiting.peek()
                 tokens = int(ntok[r])  # waiting requests have computed nothing (recompute)
                 if not chunked and tokens > budget:
@@ -274,117 +309,136 @@ def simulate(
                     kv_blocked = True
                     break
                 waiting.pop()
-                running.append(r)
                 free -= nb
-                blocks[r] = nb
                 budget -= tokens
-                admitted.append(r)
+                r_id[nr] = r
+                r_comp[nr] = 0
+                r_ntok[nr] = ntok[r]
+                r_gen[nr] = generated[r]
+                r_tgt[nr] = target[r]
+                r_blk[nr] = nb
+                r_first[nr] = not np.isnan(first_tok[r])
+                nr += 1
                 admitted_q.append(tokens)
                 if np.isnan(first_sched[r]):
                     first_sched[r] = clock
                 elif npre[r]:
                     resumes.append((r, clock))
-        if admitted:
-            adm = np.asarray(admitted, dtype=np.int64)
-            sched_idx = np.concatenate([sched_idx, adm])
-            sched_q = np.concatenate([sched_q, np.asarray(admitted_q, dtype=np.int64)])
-            sched_ctx = np.concatenate([sched_ctx, np.zeros(len(adm), dtype=np.int64)])
-            sched_need = np.concatenate([sched_need, ntok[adm]])
+        if admitted_q:
+            k = len(admitted_q)
+            q = np.concatenate([q, np.asarray(admitted_q, dtype=np.int64)])
+            need = np.concatenate([need, r_ntok[nr - k : nr]])
+            budget_limited = True  # q is no longer `need` for the admitted chunks
 
-        if not len(sched_idx):
-            if preempted:
-                # Everything was preempted this step; the next step re-admits from waiting.
-                _record_idle_step(s_start, s_end, s_run, s_wait, s_used, s_tok, s_pre_tok,
-                                  s_first_prompt, s_gen, s_preempt, s_blocked, s_fin, clock,
-                                  len(running), len(waiting), cap.num_gpu_blocks - free,
-                                  preempted)  # fmt: skip
-                continue
-            raise ConfigError(  # an invariant of the model, not a user error
-                f"simulator stalled at t={clock:.3f}s with {len(waiting)} waiting requests"
-            )
-
-        n_tokens = int(np.add.reduce(sched_q))
-        after = sched_ctx + sched_q
-        context = int(np.add.reduce(after))
-        decode_tokens = int(np.count_nonzero(sched_need == 1))
-        if decode_tokens == len(sched_q):
-            pairs = float(context)
+        if all_decode and not admitted_q:
+            # Fast path of the common step: the same arithmetic as below, fewer array passes.
+            comp = r_comp[:nr]
+            context = int(np.add.reduce(comp)) + nr
+            end = clock + cost.step_time(nr, context, float(context))
+            comp += 1
+            r_ntok[:nr] += 1
+            gen_view = r_gen[:nr]
+            gen_view += 1
+            n_tokens = decode_tokens = n_prod = nr
+            first_prompt = 0
+            fresh = ~r_first[:nr]
+            if fresh.any():  # a prefill whose last chunk was one token
+                ids = r_id[:nr][fresh]
+                first_tok[ids] = end
+                first_prompt = int(np.add.reduce(prompt[ids]))
+                r_first[:nr] = True
+            if record_tokens:
+                tok_req.append(r_id[:nr].copy())
+                tok_time.append(np.full(nr, end))
+            done = gen_view >= r_tgt[:nr]
+            n_done = int(np.count_nonzero(done))
         else:
-            pairs = float(np.add.reduce(sched_q * sched_ctx + sched_q * (sched_q + 1) // 2))
-        end = clock + cost.step_time(n_tokens, context, pairs)
-
-        computed[sched_idx] = after
-        produce = sched_idx[sched_q == sched_need]
-        generated[produce] += 1
-        ntok[produce] += 1
-        new_first = produce[np.isnan(first_tok[produce])]
-        if len(new_first):
-            first_tok[new_first] = end
-        done = produce[generated[produce] >= target[produce]]
-        if len(done):
-            finish[done] = end
-            free += int(blocks[done].sum())
-            blocks[done] = 0
-            done_set = set(done.tolist())
-            running = [r for r in running if r not in done_set]
-        if record_tokens:
-            tok_req.append(produce)
-            tok_time.append(np.full(len(produce), end))
+            n_tokens, decode_tokens, n_prod, first_prompt, n_done, end, done = _general_step(
+                nr, q, need, budget_limited, preempted, r_id, r_comp, r_ntok, r_gen, r_tgt,
+                r_first, first_tok, prompt, cost, clock, record_tokens, tok_req, tok_time,
+            )  # fmt: skip
+            if n_tokens == 0:
+                if preempted:
+                    # Everything was preempted this step; the next step re-admits from waiting.
+                    _record_idle_step(s_start, s_end, s_run, s_wait, s_used, s_tok, s_pre_tok,
+                                      s_first_prompt, s_gen, s_preempt, s_blocked, s_fin,
+                                      clock, nr, len(waiting), cap.num_gpu_blocks - free,
+                                      preempted)  # fmt: skip
+                    continue
+                raise ConfigError(  # an invariant of the model, not a user error
+                    f"simulator stalled at t={clock:.3f}s with {len(waiting)} waiting requests"
+                )
+        if n_done:
+            ids = r_id[:nr][done]
+            finish[ids] = end
+            generated[ids] = r_gen[:nr][done]
+            computed[ids] = r_comp[:nr][done]
+            ntok[ids] = r_ntok[:nr][done]
+            free += int(np.add.reduce(r_blk[:nr][done]))
+            blocks[ids] = 0
+            keep = ~done
+            k = nr - n_done
+            for arr in (r_id, r_comp, r_ntok, r_gen, r_tgt, r_blk, r_first):
+                arr[:k] = arr[:nr][keep]
+            nr = k
 
         s_start.append(clock)
         s_end.append(end)
-        s_run.append(len(running))
+        s_run.append(nr)
         s_wait.append(len(waiting))
         s_used.append(cap.num_gpu_blocks - free)
         s_tok.append(n_tokens)
         s_pre_tok.append(n_tokens - decode_tokens)
-        s_first_prompt.append(int(prompt[new_first].sum()))
-        s_gen.append(len(produce))
+        s_first_prompt.append(first_prompt)
+        s_gen.append(n_prod)
         s_preempt.append(preempted)
         s_blocked.append(kv_blocked)
-        s_fin.append(len(done))
+        s_fin.append(n_done)
         clock = end
 
-        pure_decode = (
-            not preempted
-            and not admitted
-            and not len(done)
-            and decode_tokens == n_tokens
-            and len(sched_idx) == len(running)
-        )
-        if pure_decode and fast_forward:
+        if (
+            fast_forward
+            and not preempted
+            and not admitted_q
+            and not n_done
+            and decode_tokens == n_tokens == nr
+        ):
             # Nothing changes but token counts until the next arrival, completion or block
             # shortage: run those steps in one go (same arithmetic, step by step times).
             limit = until if until is not None else np.inf
             if next_arr < n:
                 limit = min(limit, float(arrival[next_arr]))
-            ff = _fast_forward(
-                sched_idx, computed, generated, ntok, blocks, target, cost, bs, free, clock, limit
-            )
-            if ff is not None:
-                ends_ff, used_new = ff
-                m = len(ends_ff)
-                free -= used_new[-1]
-                d = len(sched_idx)
-                s_start.append(clock)
-                s_start.extend(ends_ff[:-1].tolist())
-                s_end.extend(ends_ff.tolist())
-                s_run.extend([len(running)] * m)
-                s_wait.extend([len(waiting)] * m)
-                s_used.extend((cap.num_gpu_blocks - free - used_new[-1] + used_new).tolist())
-                s_tok.extend([d] * m)
-                s_pre_tok.extend([0] * m)
-                s_first_prompt.extend([0] * m)
-                s_gen.extend([d] * m)
-                s_preempt.extend([0] * m)
-                s_blocked.extend([kv_blocked] * m)
-                s_fin.extend([0] * m)
-                if record_tokens:
-                    tok_req.append(np.tile(sched_idx, m))
-                    tok_time.append(np.repeat(ends_ff, d))
-                clock = float(ends_ff[-1])
+            # Decode steps only get longer, so fewer than 3 fit before the limit when the gap
+            # is under 3 of the last step: not worth the attempt.
+            if limit - clock > 3.0 * (end - s_start[-1]):
+                ff = _fast_forward(
+                    nr, r_comp, r_gen, r_ntok, r_blk, r_tgt, cost, bs, free, clock, limit
+                )
+                if ff is not None:
+                    ends_ff, used_new = ff
+                    m = len(ends_ff)
+                    free -= int(used_new[-1])
+                    s_start.append(clock)
+                    s_start.extend(ends_ff[:-1].tolist())
+                    s_end.extend(ends_ff.tolist())
+                    s_run.extend([nr] * m)
+                    s_wait.extend([len(waiting)] * m)
+                    used_before = cap.num_gpu_blocks - free - int(used_new[-1])
+                    s_used.extend((used_before + used_new).tolist())
+                    s_tok.extend([nr] * m)
+                    s_pre_tok.extend([0] * m)
+                    s_first_prompt.extend([0] * m)
+                    s_gen.extend([nr] * m)
+                    s_preempt.extend([0] * m)
+                    s_blocked.extend([kv_blocked] * m)
+                    s_fin.extend([0] * m)
+                    if record_tokens:
+                        tok_req.append(np.tile(r_id[:nr], m))
+                        tok_time.append(np.repeat(ends_ff, nr))
+                    clock = float(ends_ff[-1])
     else:
         raise ConfigError(f"simulation exceeded max_steps={max_steps}")
+    store(nr)
 
     ends = np.asarray(s_end, dtype=np.float64)
     if record_tokens and tok_req:
@@ -429,6 +483,72 @@ def simulate(
     )
 
 
+def _general_step(
+    nr: int,
+    q: IntArray,
+    need: IntArray,
+    budget_limited: bool,
+    preempted: int,
+    r_id: IntArray,
+    r_comp: IntArray,
+    r_ntok: IntArray,
+    r_gen: IntArray,
+    r_tgt: IntArray,
+    r_first: npt.NDArray[np.bool_],
+    first_tok: FloatArray,
+    prompt: IntArray,
+    cost: StepCostModel,
+    clock: float,
+    record_tokens: bool,
+    tok_req: list[IntArray],
+    tok_time: list[FloatArray],
+) -> tuple[int, int, int, int, int, float, npt.NDArray[np.bool_]]:
+    """Run one step with prefill chunks and decodes mixed; update the batch arrays.
+
+    Returns (scheduled tokens, decode tokens, tokens produced, prompt tokens of requests that
+    got their first token, finished requests, step end, mask of finished requests). Nothing is
+    done when no token was scheduled (scheduled tokens 0).
+    """
+    n_tokens = int(np.add.reduce(q)) if nr else 0
+    no_done = np.zeros(nr, dtype=np.bool_)
+    if not n_tokens:
+        return 0, 0, 0, 0, 0, clock, no_done
+    comp = r_comp[:nr]
+    after = comp + q
+    context = int(np.add.reduce(after))
+    if budget_limited:
+        decode_tokens = int(np.count_nonzero((need == 1) & (q == 1)))
+    else:
+        decode_tokens = int(np.count_nonzero(need == 1))
+    if decode_tokens == n_tokens:
+        pairs = float(context)
+    else:
+        pairs = float(np.add.reduce(q * comp + q * (q + 1) // 2))
+    end = clock + cost.step_time(n_tokens, context, pairs)
+
+    ntok_view = r_ntok[:nr]
+    produce = after == ntok_view
+    r_comp[:nr] = after
+    ntok_view += produce
+    gen_view = r_gen[:nr]
+    gen_view += produce
+    n_prod = int(np.count_nonzero(produce))
+    first_prompt = 0
+    if not n_prod:
+        return n_tokens, decode_tokens, 0, 0, 0, end, no_done
+    fresh = produce & ~r_first[:nr]
+    if fresh.any():
+        ids = r_id[:nr][fresh]
+        first_tok[ids] = end
+        first_prompt = int(np.add.reduce(prompt[ids]))
+        r_first[:nr] |= fresh
+    if record_tokens:
+        tok_req.append(r_id[:nr][produce])
+        tok_time.append(np.full(n_prod, end))
+    done = produce & (gen_view >= r_tgt[:nr])
+    return n_tokens, decode_tokens, n_prod, first_prompt, int(np.count_nonzero(done)), end, done
+
+
 def _resume_times(pre_r: list[int], resumes: list[tuple[int, float]], n: int) -> FloatArray:
     """Match each preemption to the victim's next re-admission, in order per request."""
     out = np.full(len(pre_r), np.nan)
@@ -445,12 +565,12 @@ def _resume_times(pre_r: list[int], resumes: list[tuple[int, float]], n: int) ->
 
 
 def _fast_forward(
-    run: IntArray,
-    computed: IntArray,
-    generated: IntArray,
-    ntok: IntArray,
-    blocks: IntArray,
-    target: IntArray,
+    nr: int,
+    r_comp: IntArray,
+    r_gen: IntArray,
+    r_ntok: IntArray,
+    r_blk: IntArray,
+    r_tgt: IntArray,
     cost: StepCostModel,
     bs: int,
     free: int,
@@ -460,40 +580,38 @@ def _fast_forward(
     """Advance a pure-decode batch by as many steps as provably change nothing else.
 
     Stops before: the first completion, the first step starting at or after `limit` (next
-    arrival or end), and the first step whose new blocks would not fit. Mutates the state
+    arrival or end), and the first step whose new blocks would not fit. Mutates the batch
     arrays; returns (step end times, cumulative new blocks after each step) or None.
     """
-    c = computed[run]
-    steps = int((target[run] - generated[run]).min()) - 1
-    if steps < 1:
-        return None
-    if clock >= limit:
+    c = r_comp[:nr].copy()  # a copy: r_comp is updated below
+    steps = int((r_tgt[:nr] - r_gen[:nr]).min()) - 1
+    if steps < 1 or clock >= limit:
         return None
     if np.isfinite(limit):
         # Step times only grow (contexts lengthen), so the limit caps the count cheaply.
-        first = float(cost.decode_step_times(len(run), float(c.sum()), 1)[0])
+        first = float(cost.decode_step_times(nr, float(c.sum()), 1)[0])
         steps = min(steps, int((limit - clock) / first) + 1)
-    times = cost.decode_step_times(len(run), float(c.sum()), steps)
+    times = cost.decode_step_times(nr, float(c.sum()), steps)
     ends = clock + np.cumsum(times)
     starts = ends - times
     steps = int(np.searchsorted(starts, limit, side="left"))
     if steps < 1:
         return None
     # New blocks after j steps: sum_i ceil((c_i + j) / bs) - blocks_i, via residue counts.
-    base = -(-c // bs) - blocks[run]
+    base = int(np.add.reduce(-(-c // bs) - r_blk[:nr]))
     residue_counts = np.bincount((c - 1) % bs, minlength=bs)
     j = np.arange(1, steps + 1, dtype=np.int64)
     rho = np.arange(bs, dtype=np.int64)
     crossings = ((rho[None, :] + j[:, None]) // bs) @ residue_counts
-    used_new = crossings - ((rho // bs) @ residue_counts) + int(base.sum())
+    used_new = crossings - ((rho // bs) @ residue_counts) + base
     fits = int(np.searchsorted(used_new, free, side="right"))
     steps = min(steps, fits)
     if steps < 1:
         return None
-    computed[run] = c + steps
-    generated[run] += steps
-    ntok[run] += steps
-    blocks[run] = -(-(c + steps) // bs)
+    r_comp[:nr] = c + steps
+    r_gen[:nr] += steps
+    r_ntok[:nr] += steps
+    r_blk[:nr] = -(-(c + steps) // bs)
     return ends[:steps], used_new[:steps]
 
 
