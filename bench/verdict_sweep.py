@@ -33,7 +33,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2)
     args = parser.parse_args()
     duration = args.minutes * 60
-    totals = {era: {"tp": 0, "fp": 0, "fn": 0, "dep": [0, 0, 0, 0]} for era in ERAS}
+    # per era: window tp, fp, fn, then deployment tn, fp, fn, tp
+    totals = {era: [0] * 7 for era in ERAS}
     with tempfile.TemporaryDirectory() as tmp:
         for rate in (float(r) for r in args.rates.split(",")):
             result = simulate(
@@ -55,20 +56,21 @@ def main() -> None:
                     gt = by_start.get(w.start.isoformat())
                     if gt is None or not gt["busy"]:
                         continue
-                    t["tp"] += gt["over_capacity"] and w.over_capacity
-                    t["fp"] += w.over_capacity and not gt["over_capacity"]
-                    t["fn"] += gt["over_capacity"] and not w.over_capacity
+                    truly = bool(gt["over_capacity"])
+                    t[0] += truly and w.over_capacity
+                    t[1] += w.over_capacity and not truly
+                    t[2] += truly and not w.over_capacity
                 said = dep.verdict.state == "over_capacity"
-                t["dep"][2 * truth["over_capacity"] + said] += 1  # tn, fp, fn, tp
+                t[3 + 2 * bool(truth["over_capacity"]) + said] += 1
                 row.append(f"{era} {dep.verdict.state}")
             print(" | ".join(row), flush=True)
     for era, t in totals.items():
-        tn, fp, fn, tp = t["dep"]
-        w_prec = t["tp"] / max(1, t["tp"] + t["fp"])
-        w_rec = t["tp"] / max(1, t["tp"] + t["fn"])
+        w_tp, w_fp, w_fn, tn, fp, fn, tp = t
+        w_prec = w_tp / max(1, w_tp + w_fp)
+        w_rec = w_tp / max(1, w_tp + w_fn)
         print(
             f"{era:>15}: deployments tp {tp} fp {fp} fn {fn} tn {tn}; windows precision "
-            f"{w_prec:.2f} recall {w_rec:.2f} ({t['tp']} tp, {t['fp']} fp, {t['fn']} fn)"
+            f"{w_prec:.2f} recall {w_rec:.2f} ({w_tp} tp, {w_fp} fp, {w_fn} fn)"
         )
 
 
