@@ -74,8 +74,13 @@ WhatIfInput = tuple[int, float | None, float | None]
 
 
 def esc(text: object) -> str:
-    """Escape text for HTML and for Plotly's HTML-like labels."""
+    """Escape text for HTML (element content and quoted attributes)."""
     return html.escape(str(text), quote=True)
+
+
+def plot_text(text: object) -> str:
+    """Escape text for Plotly's HTML-like labels, which decode &lt; &gt; &amp; but not &quot;."""
+    return html.escape(str(text), quote=False)
 
 
 def plot_time(moment: datetime) -> str:
@@ -177,7 +182,7 @@ def _preemption_traces(windows: Sequence[Window], axis: TimeAxis, row: int) -> l
         common: dict[str, Any] = {
             "name": label,
             "legendgroup": "preemptions",
-            "hovertemplate": f"%{{y}} {esc(label)}<extra></extra>",
+            "hovertemplate": f"%{{y}} {plot_text(label)}<extra></extra>",
             **axis.trace_x(),
         }
         if n <= BAR_LIMIT:
@@ -217,7 +222,7 @@ def _preemption_traces(windows: Sequence[Window], axis: TimeAxis, row: int) -> l
                 name=label,
                 legendgroup="preemptions",
                 marker={"color": COLORS[color], "symbol": symbol, "size": 8},
-                hovertemplate=f"{esc(label)}<extra></extra>",
+                hovertemplate=f"{plot_text(label)}<extra></extra>",
                 **axis.trace_x(),
             )
         )
@@ -444,7 +449,7 @@ def timeline_figure(dep: DeploymentReport) -> go.Figure:
     fig.update_xaxes(type="date")
     fig.update_xaxes(title_text="time (UTC)", row=4, col=1)
     fig.update_layout(
-        title={"text": f"{esc(dep.name)} — timeline", "x": 0.01},
+        title={"text": f"{plot_text(dep.name)} — timeline", "x": 0.01},
         height=900,
         barmode="overlay",
         hovermode="x unified",
@@ -512,9 +517,9 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
         )
     rho = corr.spearman_rho
     label = METRIC_LABELS.get(metric or "", "latency")
-    title = f"{esc(dep.name)} — preemption rate vs {label} p99/mean"
+    title = f"Preemption rate vs {label} p99/mean"
     if rho is not None:
-        title += f" (Spearman ρ = {rho:.2f}{esc(rho_scope)})"
+        title += f" (Spearman ρ = {rho:.2f}{plot_text(rho_scope)})"
     else:
         title += " (ρ: not enough data)"
     notes = []
@@ -534,7 +539,7 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
         notes.append("no window has both a preemption count and latency")
     if notes:
         fig.add_annotation(
-            text="<br>".join(esc(n) for n in notes),
+            text="<br>".join(plot_text(n) for n in notes),
             xref="paper",
             yref="paper",
             x=0.99,
@@ -549,8 +554,9 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
     fig.update_xaxes(title_text="preemptions per minute", rangemode="tozero")
     fig.update_yaxes(title_text=f"{label} p99 / mean", rangemode="tozero")
     fig.update_layout(
-        title={"text": title, "x": 0.01},
+        title={"text": title, "x": 0.01, "font": {"size": 15}},
         height=420,
+        legend={"orientation": "h", "y": -0.2},
         template="plotly_white",
         margin={"l": 70, "r": 30, "t": 60, "b": 50},
         uirevision=dep.name,
@@ -630,21 +636,25 @@ def capacity_figure(
     kv = f"KV cache {_fmt_int(cap.kv_cache_tokens)} tokens"
     if cap.num_gpu_blocks is not None and cap.block_size is not None:
         kv += f" ({cap.num_gpu_blocks:,} blocks × {cap.block_size})"
-    details = [kv]
     if cap.gpu_memory_utilization is not None:
-        details.append(f"gpu_memory_utilization {cap.gpu_memory_utilization:g}")
-    if cap.model:
-        details.append(f"model {cap.model}")
-    if cap.vllm_version:
-        details.append(f"vLLM {cap.vllm_version}")
+        kv += f" · gpu_memory_utilization {cap.gpu_memory_utilization:g}"
+    details = [kv]
+    served = " · ".join(
+        part
+        for part in (cap.model, f"vLLM {cap.vllm_version}" if cap.vllm_version else None)
+        if part
+    )
+    if served:
+        details.append(served)
     fig.update_layout(
         title={
-            "text": f"{esc(dep.name)} — capacity<br><sup>{esc(' · '.join(details))}</sup>",
+            "font": {"size": 15},
+            "text": f"Capacity<br><sup>{'<br>'.join(plot_text(d) for d in details)}</sup>",
             "x": 0.01,
         },
         height=420,
         template="plotly_white",
-        margin={"l": 70, "r": 30, "t": 80, "b": 50},
+        margin={"l": 70, "r": 30, "t": 100, "b": 50},
         legend={"orientation": "h", "y": -0.2},
         uirevision=dep.name,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -187,7 +188,12 @@ def test_log_text_is_escaped_in_every_figure() -> None:
     ):
         text = fig.to_json()
         assert "<script" not in text and "<img" not in text
-        assert "&lt;script&gt;" in text
+    # Plotly decodes &lt; &gt; &amp; (not &quot;): the payload displays as typed.
+    for fig in (F.timeline_figure(dep), F.capacity_figure(dep)):
+        assert (
+            '&lt;img src=x onerror="window.__xss=1"&gt;'
+            in json.loads(fig.to_json())["layout"]["title"]["text"]
+        )
 
 
 def test_verdict_card_escapes_and_ranks_advice() -> None:
