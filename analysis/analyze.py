@@ -6,6 +6,7 @@ demo all call `analyze` / `analyze_deployment`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -21,6 +22,7 @@ from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import (
     Capacity,
     DeploymentReport,
+    Evidence,
     LatencyStats,
     Preemptions,
     PreemptionSource,
@@ -135,6 +137,12 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
     found = episodes(windows, params)
     correlation = correlate(windows, params)
     verdict = decide(windows, found, correlation, preemptions, capacity, params, now)
+    disjoint = _disjoint_sources(
+        {"log": stats, "/metrics": metrics, "client results": lat},
+        {"log": "timestamp", "/metrics": "timestamp", "client results": "start"},
+    )
+    if disjoint is not None:
+        verdict = dataclasses.replace(verdict, evidence=[*verdict.evidence, disjoint])
     return DeploymentReport(
         name=inputs.name,
         verdict=verdict,
@@ -146,6 +154,36 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         correlation=correlation,
         sources=_source_paths(inputs),
     )
+
+
+def _disjoint_sources(
+    frames: dict[str, pl.DataFrame | None], columns: dict[str, str]
+) -> Evidence | None:
+    """Sources of one deployment that never overlap in time: usually a wrong --tz or --year."""
+    spans: dict[str, tuple[datetime, datetime]] = {}
+    for name, frame in frames.items():
+        if frame is None or frame.is_empty():
+            continue
+        times = frame[columns[name]].drop_nulls()
+        low, high = times.min(), times.max()
+        if isinstance(low, datetime) and isinstance(high, datetime):
+            spans[name] = (low, high)
+    names = list(spans)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            (a0, a1), (b0, b1) = spans[a], spans[b]
+            if a1 < b0 or b1 < a0:
+                gap = min(abs((b0 - a1).total_seconds()), abs((a0 - b1).total_seconds()))
+                when_a = f"{a0:%Y-%m-%d %H:%M} to {a1:%H:%M} UTC"
+                when_b = f"{b0:%Y-%m-%d %H:%M} to {b1:%H:%M} UTC"
+                return Evidence(
+                    "sources_disjoint",
+                    f"the {a} ({when_a}) and the {b} ({when_b}) never overlap "
+                    f"({gap / 3600:.1f} h apart): check --tz / --year for the log and "
+                    "--bench-start for client results",
+                    gap,
+                )
+    return None
 
 
 def _source_paths(inputs: DeploymentInputs) -> list[str]:

@@ -272,5 +272,8 @@ def deployment_panel(d: DeploymentReport) -> Panel:
 def render_report(report: Report, console: Console) -> None:
     if report.sources:
         console.print(sources_table(report.sources))
+        for source in report.sources:
+            for note in source.notes:
+                console.print(Text(f"note ({source.path}): {note}", style="yellow"))
     for deployment in report.deployments:
         console.print(deployment_panel(deployment))

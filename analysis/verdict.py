@@ -207,7 +207,8 @@ def _preemption_evidence(
         out.append(
             Evidence(
                 "preemptions",
-                f"{preemptions.total} preemptions ({quality}, from {source}){where}",
+                f"{preemptions.total} preemption{'' if preemptions.total == 1 else 's'} "
+                f"({quality}, from {source}){where}",
                 float(preemptions.total),
             )
         )

@@ -372,3 +372,13 @@ def test_log_lifecycle_lines_give_latency_when_no_client_results() -> None:
     assert sum(s.count for s in stats) == 30
     assert all(s.source == "samples" for s in stats)
     assert max(s.p99 or 0 for s in stats) == pytest.approx(4.0, abs=0.1)
+
+
+def test_sources_that_never_overlap_are_reported() -> None:
+    rows = [stat(i * 10, running=20, waiting=0, kv=0.5) for i in range(30)]
+    reqs = [request(8 * 3600 + t, 2.0) for t in range(0, 300, 5)]  # 8 h later: a --tz slip
+    report = run(logs=[logframes(rows)], latencies=latencies_frame(reqs))
+    codes = {e.code: e for e in report.verdict.evidence}
+    assert "sources_disjoint" in codes
+    assert "--tz" in codes["sources_disjoint"].message
+    assert codes["sources_disjoint"].value == pytest.approx(8 * 3600 - 290, abs=1)
