@@ -18,7 +18,7 @@ from preemptscope.analysis.kvmodel import GPU_PRESETS
 from preemptscope.analysis.sim import writers
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import simulate
-from preemptscope.analysis.sim.workload import LengthDist, synthetic
+from preemptscope.analysis.sim.workload import synthetic
 
 from preemptscope.cli import main as cli_main
 
@@ -26,13 +26,7 @@ START = datetime(2026, 1, 15, 14, 0, tzinfo=UTC)
 
 
 def timed(label: str, gpu: str, rate: float, duration: float, record_tokens: bool) -> None:
-    workload = synthetic(
-        rate=rate,
-        duration=duration,
-        seed=1,
-        prompt=LengthDist("lognormal", 512, 0.6, 16, 8192),
-        output=LengthDist("lognormal", 256, 0.6, 8, 4096),
-    )
+    workload = synthetic(rate=rate, duration=duration, seed=1)  # prompts ~512, outputs ~256
     config = SimConfig(gpu=GPU_PRESETS[gpu])
     began = time.perf_counter()
     result = simulate(workload, config, record_tokens=record_tokens)

@@ -21,7 +21,7 @@ from preemptscope.analysis.analyze import AnalysisParams, analyze
 from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import simulate
-from preemptscope.analysis.sim.workload import LengthDist, synthetic
+from preemptscope.analysis.sim.scenarios import CHAT_OUTPUT, CHAT_PROMPT, chat_traffic
 from preemptscope.analysis.sim.writers import ground_truth
 from preemptscope.ingest.logs import ParseOptions
 
@@ -29,8 +29,7 @@ from preemptscope.commands.demo import write_artefacts
 from preemptscope.commands.report import LoadOptions, load_inputs
 
 START = datetime(2026, 1, 15, 14, 0, tzinfo=UTC)
-PROMPT = LengthDist("lognormal", 1024, 0.5, 32, 6144)
-OUTPUT = LengthDist("lognormal", 384, 0.6, 16, 2048)
+PROMPT, OUTPUT = CHAT_PROMPT, CHAT_OUTPUT
 # Evidence sets: (label, log era, use /metrics snapshots, use bench JSON)
 EVIDENCE = (
     ("V1 log + /metrics + bench", "v1", True, True),
@@ -50,7 +49,7 @@ def capacity_rate(config: SimConfig, duration: float) -> float:
     low, high = 0.01, 5.0
     for _ in range(10):
         mid = (low + high) / 2
-        workload = synthetic(rate=mid, duration=duration, seed=0, prompt=PROMPT, output=OUTPUT)
+        workload = chat_traffic(rate=mid, duration=duration, seed=0)
         truth = ground_truth(simulate(workload, config, record_tokens=False), start=START)
         if truth["over_capacity"]:
             high = mid
@@ -101,10 +100,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for fraction in fractions:
             for seed in seeds:
-                workload = synthetic(
-                    rate=fraction * rate_cap, duration=duration, seed=seed, prompt=PROMPT,
-                    output=OUTPUT,
-                )  # fmt: skip
+                workload = chat_traffic(rate=fraction * rate_cap, duration=duration, seed=seed)
                 result = simulate(workload, config)
                 for label, era, use_metrics, use_bench in EVIDENCE:
                     out = Path(tmp) / f"{fraction}-{seed}-{era}"

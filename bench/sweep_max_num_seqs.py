@@ -10,8 +10,8 @@ import time
 
 from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS
 from preemptscope.analysis.sim.config import SimConfig
+from preemptscope.analysis.sim.scenarios import chat_traffic
 from preemptscope.analysis.sim.whatif import sweep
-from preemptscope.analysis.sim.workload import LengthDist, synthetic
 
 VALUES = (4, 8, 12, 16, 20, 24, 32, 48, 64, 128, 256)
 
@@ -19,13 +19,7 @@ VALUES = (4, 8, 12, 16, 20, 24, 32, 48, 64, 128, 256)
 def main(argv: list[str]) -> int:
     gpu = argv[1] if len(argv) > 1 else "A10G"
     rate = float(argv[2]) if len(argv) > 2 else 1.5
-    workload = synthetic(
-        rate=rate,
-        duration=600,
-        seed=1,
-        prompt=LengthDist("lognormal", 1024, 0.5, 32, 6144),
-        output=LengthDist("lognormal", 384, 0.6, 16, 2048),
-    )
+    workload = chat_traffic(rate=rate, duration=600, seed=1)
     base = SimConfig(model=MODEL_PRESETS["llama-3.1-8b"], gpu=GPU_PRESETS[gpu])
     began = time.perf_counter()
     curve = sweep(workload, "max_num_seqs", VALUES, base=base)

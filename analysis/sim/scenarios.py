@@ -24,18 +24,36 @@ class Scenario:
     summary: str
 
 
-def demo_traffic(*, seed: int = 0, duration: float = 600.0) -> Workload:
-    """Chat-like traffic: 0.3 req/s, a surge to 1.0 req/s from 30% to 70% of the run."""
-    if duration < 60:
-        raise ConfigError(f"the demo needs at least 60 s of traffic, got {duration:g}")
+# Chat-like lengths: prompts ~1,024 tokens, outputs ~384 (lognormal), as the demo, the load
+# sweep and the max_num_seqs sweep use them.
+CHAT_PROMPT = LengthDist("lognormal", 1024, 0.5, 32, 6144)
+CHAT_OUTPUT = LengthDist("lognormal", 384, 0.6, 16, 2048)
+
+
+def chat_traffic(
+    *,
+    duration: float,
+    seed: int = 0,
+    rate: float | None = None,
+    rate_schedule: list[tuple[float, float]] | None = None,
+) -> Workload:
+    """Poisson chat traffic at `rate` req/s (or following `rate_schedule`)."""
     return synthetic(
-        rate_schedule=[(0.0, 0.3), (0.3 * duration, 1.0), (0.7 * duration, 0.3)],
+        rate=rate,
+        rate_schedule=rate_schedule,
         duration=duration,
         seed=seed,
-        prompt=LengthDist("lognormal", 1024, 0.5, 32, 6144),
-        output=LengthDist("lognormal", 384, 0.6, 16, 2048),
-        id_prefix="cmpl-",
+        prompt=CHAT_PROMPT,
+        output=CHAT_OUTPUT,
     )
+
+
+def demo_traffic(*, seed: int = 0, duration: float = 600.0) -> Workload:
+    """Chat traffic: 0.3 req/s, a surge to 1.0 req/s from 30% to 70% of the run."""
+    if duration < 60:
+        raise ConfigError(f"the demo needs at least 60 s of traffic, got {duration:g}")
+    surge = [(0.0, 0.3), (0.3 * duration, 1.0), (0.7 * duration, 0.3)]
+    return chat_traffic(rate_schedule=surge, duration=duration, seed=seed)
 
 
 def demo_scenarios(*, seed: int = 0, duration: float = 600.0) -> list[Scenario]:

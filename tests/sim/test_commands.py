@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from preemptscope.analysis.kvmodel import GPU_PRESETS
 from preemptscope.analysis.sim.config import SimConfig
+from preemptscope.analysis.sim.scenarios import chat_traffic
 from preemptscope.analysis.sim.whatif import predict, sweep, with_memory_change
-from preemptscope.analysis.sim.workload import LengthDist, synthetic
 
 from preemptscope.cli import main
 
@@ -113,13 +113,7 @@ def test_whatif_needs_a_change(demo_dir: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_whatif_more_memory_means_fewer_preemptions() -> None:
-    workload = synthetic(
-        rate=1.0,
-        duration=180,
-        seed=9,
-        prompt=LengthDist("lognormal", 1024, 0.5, 32, 4096),
-        output=LengthDist("lognormal", 384, 0.6, 16, 2048),
-    )
+    workload = chat_traffic(rate=1.0, duration=180, seed=9)
     base = SimConfig(gpu=GPU_PRESETS["A10G"], max_num_seqs=128)
     result = predict(workload, {"gpu_memory_utilization": 0.97}, base=base)
     assert result.baseline.preemptions > 0

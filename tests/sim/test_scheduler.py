@@ -9,7 +9,9 @@ import pytest
 from preemptscope.analysis.kvmodel import GPU_PRESETS
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import _schedule_running_with_preemption, _Waiting, simulate
-from preemptscope.analysis.sim.workload import FloatArray, LengthDist, Workload, synthetic
+from preemptscope.analysis.sim.workload import FloatArray, Workload, synthetic
+
+from tests.sim.traffic import long_chat
 
 
 def burst(n: int, prompt: int, output: int, *, priorities: list[int] | None = None) -> Workload:
@@ -45,13 +47,7 @@ def test_preemption_starts_exactly_when_kv_demand_exceeds_blocks() -> None:
 
 def test_preempted_requests_go_to_the_front_and_do_not_starve() -> None:
     config = SimConfig(gpu=GPU_PRESETS["L4"], max_num_seqs=64)
-    workload = synthetic(
-        rate=1.5,
-        duration=300,
-        seed=7,
-        prompt=LengthDist("lognormal", 1024, 0.5, 16, 4096),
-        output=LengthDist("lognormal", 512, 0.5, 16, 2048),
-    )
+    workload = long_chat(rate=1.5, duration=300, seed=7)
     result = simulate(workload, config)
     assert result.total_preemptions > 50  # heavy preemption in this scenario
     assert result.finished_mask.all()  # nobody starves
@@ -94,14 +90,8 @@ def test_priority_policy_protects_high_priority_requests() -> None:
     config = dataclasses.replace(
         SimConfig(gpu=GPU_PRESETS["L4"], max_num_seqs=64), scheduling_policy="priority"
     )
-    workload = synthetic(
-        rate=1.5,
-        duration=240,
-        seed=11,
-        priorities=(0, 1, 1, 1, 1),  # one request in five is high priority
-        prompt=LengthDist("lognormal", 1024, 0.5, 16, 4096),
-        output=LengthDist("lognormal", 512, 0.5, 16, 2048),
-    )
+    # One request in five is high priority (0).
+    workload = long_chat(rate=1.5, duration=240, seed=11, priorities=(0, 1, 1, 1, 1))
     result = simulate(workload, config)
     high = result.num_preemptions[workload.priority == 0].sum()
     low = result.num_preemptions[workload.priority == 1].sum()

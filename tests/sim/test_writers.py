@@ -14,9 +14,11 @@ from preemptscope.analysis.kvmodel import GPU_PRESETS
 from preemptscope.analysis.sim import writers
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import SimResult, simulate
-from preemptscope.analysis.sim.workload import LengthDist, synthetic
+from preemptscope.analysis.sim.workload import synthetic
 from preemptscope.ingest.logs import ParseOptions, parse_path
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.sim.traffic import long_chat
 
 START = datetime(2026, 3, 2, 14, 0, tzinfo=UTC)
 
@@ -24,13 +26,7 @@ START = datetime(2026, 3, 2, 14, 0, tzinfo=UTC)
 @pytest.fixture(scope="module")
 def preempting() -> SimResult:
     config = SimConfig(gpu=GPU_PRESETS["L4"], max_num_seqs=64)
-    workload = synthetic(
-        rate=1.2,
-        duration=240,
-        seed=4,
-        prompt=LengthDist("lognormal", 1024, 0.5, 16, 4096),
-        output=LengthDist("lognormal", 512, 0.5, 16, 2048),
-    )
+    workload = long_chat(rate=1.2, duration=240, seed=4)
     result = simulate(workload, config)
     assert result.total_preemptions > 120  # enough for 1, 51, 101 warnings
     return result
