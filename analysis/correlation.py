@@ -113,6 +113,11 @@ def correlate(windows: Sequence[Window], params: AnalysisParams) -> Correlation:
         if rho is not None:
             rho_by_lag[lag] = rho
     best_lag = max(rho_by_lag, key=lambda k: (abs(rho_by_lag[k]), -k)) if rho_by_lag else None
+    p99_pairs = [
+        (s, stats.p99)
+        for s, w in zip(signal, windows, strict=True)
+        if s is not None and (stats := w.latency.get(metric)) is not None and stats.p99 is not None
+    ]
     return Correlation(
         metric=metric,
         windows_with_preemption=len(with_p),
@@ -124,6 +129,7 @@ def correlate(windows: Sequence[Window], params: AnalysisParams) -> Correlation:
         spearman_rho=rho_by_lag.get(0),
         best_lag_windows=best_lag,
         best_lag_rho=rho_by_lag[best_lag] if best_lag is not None else None,
+        spearman_rho_p99=spearman([a for a, _ in p99_pairs], [b for _, b in p99_pairs]),
     )
 
 

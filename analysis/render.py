@@ -211,8 +211,12 @@ def _correlation_line(c: Correlation) -> Text | None:
             f"({c.windows_with_preemption} windows) vs {_num(c.p99_over_mean_without, '{:.2f}')} "
             f"without ({c.windows_without_preemption})"
         )
+    if c.p99_with is not None or c.p99_without is not None:
+        parts.append(f"p99 {_num(c.p99_with, '{:.2f}')} s vs {_num(c.p99_without, '{:.2f}')} s")
     if c.spearman_rho is not None:
-        parts.append(f"Spearman rho {c.spearman_rho:+.2f}")
+        parts.append(f"Spearman rho {c.spearman_rho:+.2f} (p99/mean)")
+    if c.spearman_rho_p99 is not None:
+        parts.append(f"{c.spearman_rho_p99:+.2f} (p99)")
     if c.best_lag_windows is not None and c.best_lag_rho is not None:
         parts.append(f"strongest at lag {c.best_lag_windows} ({c.best_lag_rho:+.2f})")
     return Text(f"Correlation ({c.metric}): " + "; ".join(parts)) if parts else None

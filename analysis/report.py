@@ -97,6 +97,9 @@ class Correlation:
     spearman_rho: float | None  # preemption rate vs p99/mean over all windows
     best_lag_windows: int | None  # lag (in windows) where |rho| is largest
     best_lag_rho: float | None
+    # preemption rate vs absolute p99: under sustained overload every request slows (queueing),
+    # so p99 rises while p99/mean may not.
+    spearman_rho_p99: float | None = None
 
 
 @dataclass(frozen=True)

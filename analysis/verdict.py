@@ -43,6 +43,10 @@ QUALITY_WORDS = {
 }
 
 
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
 def _pct(fraction: float) -> str:
     return f"{fraction * 100:.0f} %"
 
@@ -273,7 +277,7 @@ def _queue_evidence(active: Sequence[Window], params: AnalysisParams) -> list[Ev
                 queued / len(waiting_known),
             )
         )
-    capacity_known = [w for w in active if w.waiting_for_capacity_max is not None]
+    capacity_known = [w for w in active if w.waiting_for_capacity_max]
     if capacity_known:
         peak_cap = max(w.waiting_for_capacity_max or 0 for w in capacity_known)
         out.append(
@@ -300,6 +304,15 @@ def _latency_evidence(c: Correlation) -> list[Evidence]:
                 c.p99_over_mean_with,
             )
         )
+        if c.p99_with is not None and c.p99_without is not None:
+            out.append(
+                Evidence(
+                    "p99",
+                    f"{c.metric} p99 {_seconds(c.p99_with)} in windows with preemption vs "
+                    f"{_seconds(c.p99_without)} in quiet windows (medians)",
+                    c.p99_with,
+                )
+            )
     elif c.p99_over_mean_with is not None:
         out.append(
             Evidence(
@@ -313,11 +326,14 @@ def _latency_evidence(c: Correlation) -> list[Evidence]:
         lag = ""
         if c.best_lag_windows and c.best_lag_rho is not None:
             lag = f"; strongest {c.best_lag_rho:+.2f} at a lag of {c.best_lag_windows} window(s)"
+        p99 = (
+            f"; with p99 itself {c.spearman_rho_p99:+.2f}" if c.spearman_rho_p99 is not None else ""
+        )
         out.append(
             Evidence(
                 "spearman_rho",
                 f"rank correlation of preemptions with {c.metric} p99/mean: "
-                f"{c.spearman_rho:+.2f}{lag}",
+                f"{c.spearman_rho:+.2f}{lag}{p99}",
                 c.spearman_rho,
             )
         )
