@@ -382,3 +382,55 @@ def test_sources_that_never_overlap_are_reported() -> None:
     assert "sources_disjoint" in codes
     assert "--tz" in codes["sources_disjoint"].message
     assert codes["sources_disjoint"].value == pytest.approx(8 * 3600 - 290, abs=1)
+
+
+def test_sustained_overload_raises_p99_even_when_p99_over_mean_is_flat() -> None:
+    stats_rows, reqs = [], []
+    for i in range(60):
+        hot = (i // 6) % 2 == 1
+        stats_rows.append(
+            stat(i * 10, running=40, waiting=30 if hot else 0, kv=0.99 if hot else 0.6,
+                 preemptions=4 if hot else 0)
+        )  # fmt: skip
+        for k in range(10):
+            base = 20.0 if hot else 2.0  # everyone slows, the shape stays the same
+            reqs.append(request(i * 10 + k, base * (1 + 0.05 * k)))
+    report = run(logs=[logframes(stats_rows)], latencies=latencies_frame(reqs))
+    c = report.correlation
+    assert c.p99_over_mean_with == pytest.approx(c.p99_over_mean_without, rel=0.05)
+    assert c.p99_with is not None and c.p99_without is not None
+    assert c.p99_with > 5 * c.p99_without
+    assert c.spearman_rho_p99 is not None and c.spearman_rho_p99 > 0.8
+    assert any(e.code == "p99" for e in report.verdict.evidence)
+
+
+@pytest.mark.parametrize(
+    ("config", "kv"),
+    [
+        ({"gpu_memory_utilization": "0.8", "max_num_seqs": "64"}, 0.99),
+        ({"gpu_memory_utilization": "0.94", "max_num_seqs": "20"}, 0.99),
+        ({"gpu_memory_utilization": "0.97", "max_num_seqs": "512"}, 0.99),
+        ({"max_num_seqs": "256", "max_num_batched_tokens": "2048"}, 0.5),
+    ],
+)
+def test_advice_is_never_inverted(config: dict[str, str], kv: float) -> None:
+    rows = [
+        stat(i * 10, running=40 - (i % 2), waiting=10 + 5 * i, kv=kv, preemptions=2 if kv > 0.9
+             else 0)
+        for i in range(60)
+    ]  # fmt: skip
+    report = run(
+        logs=[logframes(rows, config=config, kv=[("kv_cache_tokens", 40_000, "tokens", None)])]
+    )
+    assert report.advice
+    for a in report.advice:
+        if a.current is None or a.suggested is None or a.action == "add_replicas":
+            continue
+        now, then = float(a.current.split()[0]), float(a.suggested)
+        if a.action.startswith("raise_"):
+            assert then > now, a
+        elif a.action.startswith("lower_"):
+            assert then < now, a
+    assert [a.rank for a in report.advice] == list(range(1, len(report.advice) + 1))
+    if float(config.get("gpu_memory_utilization", "0.9")) >= 0.95:
+        assert all(a.action != "raise_gpu_memory_utilization" for a in report.advice)
