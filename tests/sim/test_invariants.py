@@ -1,0 +1,80 @@
+"""Properties every simulation must keep, over random small workloads and settings."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from preemptscope.analysis.sim.config import SimConfig
+from preemptscope.analysis.sim.engine import simulate
+from preemptscope.analysis.sim.workload import Workload
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[Workload, SimConfig]:
+    n = draw(st.integers(1, 40))
+    gaps = draw(st.lists(st.floats(0.0, 0.5), min_size=n, max_size=n))
+    prompts = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
+    outputs = draw(st.lists(st.integers(1, 200), min_size=n, max_size=n))
+    priorities = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    block_size = draw(st.sampled_from([1, 8, 16, 32]))
+    max_model_len = 512
+    min_blocks = -(-max_model_len // block_size)  # vLLM needs one max-length request to fit
+    blocks = draw(st.integers(min_blocks, min_blocks * 2))  # tight: preemption is common
+    max_num_seqs = draw(st.integers(1, 32))
+    config = SimConfig(
+        num_gpu_blocks_override=blocks,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=draw(st.integers(max(max_num_seqs, 64), 2048)),
+        scheduling_policy=draw(st.sampled_from(["fcfs", "priority"])),
+    )
+    workload = Workload(
+        arrival=np.cumsum(np.asarray(gaps)),
+        prompt_len=np.asarray(prompts, dtype=np.int64),
+        output_len=np.asarray(outputs, dtype=np.int64),
+        priority=np.asarray(priorities, dtype=np.int64),
+    )
+    return workload, config
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_scheduler_invariants(case: tuple[Workload, SimConfig]) -> None:
+    workload, config = case
+    result = simulate(workload, config)
+    steps = result.steps
+    total_blocks = result.capacity.num_gpu_blocks
+    # Everybody finishes (recompute guarantees progress) and gets exactly their tokens.
+    assert result.finished_mask.all()
+    assert int(steps.generation_tokens.sum()) == int(result.output_len.sum())
+    assert len(result.token_time) == int(result.output_len.sum())
+    # Limits hold at every step.
+    assert steps.used_blocks.max() <= total_blocks
+    assert steps.used_blocks.min() >= 0
+    assert steps.running.max() <= config.max_num_seqs
+    assert steps.scheduled_tokens.max() <= config.max_num_batched_tokens
+    # Time only moves forward; each request's events are in order.
+    assert (np.diff(steps.end) >= 0).all()
+    assert (result.first_scheduled >= workload.arrival).all()
+    assert (result.first_token > result.first_scheduled).all()
+    assert (result.finish >= result.first_token).all()
+    # Preemptions are counted once each, per request and per step.
+    assert int(result.num_preemptions.sum()) == result.total_preemptions
+    assert int(steps.preemptions.sum()) == result.total_preemptions
+    assert not np.isnan(result.resume_time).any()
+    assert (result.resume_time >= result.preempt_time).all()
+    # The idle engine holds no blocks at the end.
+    assert steps.used_blocks[-1] == 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_fast_forward_is_exact(case: tuple[Workload, SimConfig]) -> None:
+    workload, config = case
+    fast = simulate(workload, config, fast_forward=True)
+    slow = simulate(workload, config, fast_forward=False)
+    assert np.array_equal(fast.preempt_request, slow.preempt_request)
+    assert np.allclose(fast.finish, slow.finish, rtol=0, atol=1e-6)
+    assert len(fast.steps) == len(slow.steps)
