@@ -84,6 +84,10 @@ def _sum_or_null(column: str) -> pl.Expr:
 def stats_windows(stats: pl.DataFrame, params: AnalysisParams) -> pl.DataFrame:
     """Scheduler-stats records (logs) per window; engines and files of one deployment are summed."""
     s = stats.filter(pl.col("timestamp").is_not_null())
+    # An "N Engines Aggregated" line (no engine index) repeats what per-engine lines of the same
+    # file say; keep the per-engine ones when a file has both, so nothing is counted twice.
+    per_engine_too = (pl.col("engine").is_not_null() & (pl.col("era") == "v1")).any().over("source")
+    s = s.filter(~(per_engine_too & pl.col("engine").is_null() & (pl.col("era") == "v1")))
     if s.is_empty():
         return pl.DataFrame()
     # A V1 source that prints `Preemptions: N` at least once omits it when N == 0, so its other

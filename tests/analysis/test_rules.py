@@ -434,3 +434,14 @@ def test_advice_is_never_inverted(config: dict[str, str], kv: float) -> None:
     assert [a.rank for a in report.advice] == list(range(1, len(report.advice) + 1))
     if float(config.get("gpu_memory_utilization", "0.9")) >= 0.95:
         assert all(a.action != "raise_gpu_memory_utilization" for a in report.advice)
+
+
+def test_aggregated_engine_lines_are_not_counted_twice() -> None:
+    rows = [stat(i * 10, running=10, waiting=1, kv=0.5, engine=0) for i in range(6)]
+    rows += [stat(i * 10, running=20, waiting=2, kv=0.9, engine=1) for i in range(6)]
+    rows += [stat(i * 10, running=30, waiting=3, kv=0.7, engine=None) for i in range(6)]
+    report = run(logs=[logframes(rows)])
+    assert report.windows[0].running_max == 30 and report.windows[0].waiting_max == 3
+    alone = run(logs=[logframes([stat(i * 10, running=30, waiting=3, kv=0.7, engine=None)
+                                 for i in range(6)])])  # fmt: skip
+    assert alone.windows[0].running_max == 30
