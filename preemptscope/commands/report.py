@@ -79,7 +79,8 @@ def stem(path: str) -> str:
     name = Path(path.rstrip("/")).name or "deployment"
     for _ in range(3):
         head, dot, suffix = name.rpartition(".")
-        if dot and head and suffix.lower() in ("gz", "log", "txt", "json", "jsonl", "csv", "prom"):
+        known = ("gz", "log", "txt", "json", "jsonl", "csv", "prom")
+        if dot and head and (suffix.lower() in known or suffix.isdigit()):  # vllm.log.1: rotated
             name = head
     return name
 
@@ -125,7 +126,12 @@ def load_inputs(
     joined on time into ONE DeploymentInputs. Raises InputError/ConfigError/ScrapeError.
     """
     opts = options or LoadOptions()
-    logs = list(iter_log_paths(list(log_specs))) if log_specs else []
+    # A directory is one deployment (its rotated files together), named after the directory.
+    specs = []
+    for spec in log_specs:
+        path, name = split_spec(spec)
+        specs.append(f"{path}={stem(path)}" if name is None and Path(path).is_dir() else spec)
+    logs = list(iter_log_paths(specs)) if specs else []
     others = [("metrics", *split_spec(s)) for s in metrics_specs]
     others += [("bench", *split_spec(s)) for s in bench_specs]
     named_logs, resolved = _resolve_names(logs, others)

@@ -126,6 +126,7 @@ def test_helpers() -> None:
     assert split_spec("http://h:8000/metrics?x=1=prod") == ("http://h:8000/metrics?x=1", "prod")
     assert split_spec("http://h:8000/metrics=prod") == ("http://h:8000/metrics", "prod")
     assert stem("/x/vllm-prod.log.gz") == "vllm-prod"
+    assert stem("/x/vllm.log.1") == "vllm" and stem("/x/vllm.log.2.gz") == "vllm"
     assert stem("http://10.0.0.1:8000/metrics") == "10.0.0.1_8000"
 
 
@@ -262,3 +263,15 @@ def test_html_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     else:
         assert code == 0
         assert out.stat().st_size > 0
+
+
+def test_a_directory_is_one_deployment(tmp_path: Path) -> None:
+    log, _, _ = _write_deployment(tmp_path)
+    logs = tmp_path / "prod-logs"
+    logs.mkdir()
+    (logs / "vllm.log.1").write_text(log.read_text())
+    (logs / "vllm.log").write_text(log.read_text())
+    (grouped,) = load_inputs([str(logs)])
+    assert grouped.name == "prod-logs" and len(grouped.logs) == 2
+    (named,) = load_inputs([f"{logs}=prod"])
+    assert named.name == "prod"
