@@ -104,6 +104,12 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+def _fraction(percent: str | None) -> float | None:
+    """A percentage as a fraction, computed as Polars does (x * 0.01) so both paths agree."""
+    value = _num(percent)
+    return None if value is None else value * 0.01
+
+
 def stats_fields(message: str) -> dict[str, Any]:
     """Known fields of one stats record (fractions for percentages); the rest kept as `extra`."""
     found: dict[str, str | None] = {}
@@ -116,10 +122,8 @@ def stats_fields(message: str) -> dict[str, Any]:
         era = "v0"
     elif found["waiting"] is not None or found["engine"] is not None:
         era = "v1"
-    gpu = _num(found["gpu_kv_cache_usage"])
-    cpu = _num(found["cpu_kv_cache_usage"]) if era == "v0" else None
-    pct = {k: _num(found[k]) for k in ("prefix_cache_hit_rate", "external_prefix_cache_hit_rate")}
-    mm = _num(found["mm_cache_hit_rate"])
+    gpu = _fraction(found["gpu_kv_cache_usage"])
+    cpu = _fraction(found["cpu_kv_cache_usage"]) if era == "v0" else None
     # Same steps as the vectorised path in logs.py, so both give the same `extra`.
     rest = _COMMAS_RE.sub(", ", STATS_KNOWN_RE.sub("", message)).strip(" ,.")
     extra = rest or None
@@ -137,15 +141,11 @@ def stats_fields(message: str) -> dict[str, Any]:
         "deferred": _int(found["deferred"]),
         "preemptions": _int(found["preemptions"]),
         "kv_device": found["kv_device"],
-        "gpu_kv_cache_usage": None if gpu is None else gpu / 100.0,
-        "cpu_kv_cache_usage": None if cpu is None else cpu / 100.0,
-        "prefix_cache_hit_rate": None
-        if pct["prefix_cache_hit_rate"] is None
-        else pct["prefix_cache_hit_rate"] / 100.0,
-        "external_prefix_cache_hit_rate": None
-        if pct["external_prefix_cache_hit_rate"] is None
-        else pct["external_prefix_cache_hit_rate"] / 100.0,
-        "mm_cache_hit_rate": None if mm is None else mm / 100.0,
+        "gpu_kv_cache_usage": gpu,
+        "cpu_kv_cache_usage": cpu,
+        "prefix_cache_hit_rate": _fraction(found["prefix_cache_hit_rate"]),
+        "external_prefix_cache_hit_rate": _fraction(found["external_prefix_cache_hit_rate"]),
+        "mm_cache_hit_rate": _fraction(found["mm_cache_hit_rate"]),
         "extra": extra,
     }
 
@@ -193,6 +193,7 @@ def _base(env: Env) -> dict[str, Any]:
         "_hms": env.hms,
         "_wts": env.wts,
         "_ats": env.ats,
+        "_bulk": False,
     }
 
 
@@ -490,6 +491,23 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
         else:
             out.unrecognized.append((line, raw.rstrip("\r\n")))
     return out
+
+
+def may_continue(raw: str) -> bool:
+    """Whether the next physical line could still belong to this one's record.
+
+    True for the first half of a terminal hard-wrap (a record the join would complete) and for
+    a long unterminated line (the next one may be its continuation). Batches and chunks only
+    end after a line for which this is False, so they parse as one go does.
+    """
+    text = clean(raw)
+    if not text.strip():
+        return False
+    if len(text) >= WRAP_MIN and not text.endswith(TERMINAL):
+        return True
+    segment = _segments(text)[-1]
+    _env, _message, found = _record(segment)
+    return _incomplete(found, segment)
 
 
 def is_continuation(previous: str, text: str) -> bool:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -31,7 +32,11 @@ def open_binary(path: str) -> BinaryIO:
     return handle
 
 
-def iter_chunks(path: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[memoryview]:
+def iter_chunks(
+    path: str,
+    chunk_bytes: int = CHUNK_BYTES,
+    may_continue: Callable[[str], bool] | None = None,
+) -> Iterator[memoryview]:
     """Chunks of whole lines (each ends at a newline, except possibly the last one).
 
     Each chunk is read straight into a fresh buffer behind the carried-over partial line, so
@@ -51,7 +56,9 @@ def iter_chunks(path: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[memoryvie
             if not got:
                 break
             end = len(carry) + got
-            cut = safe_cut(buffer, end)
+            cut = safe_cut(buffer, end, may_continue)
+            if cut < 0 and end > _MAX_CARRY:
+                cut = buffer.rfind(b"\n", 0, end)  # give up on finding a record boundary
             if cut < 0:
                 carry = bytes(view[:end])
                 continue
@@ -66,29 +73,42 @@ def iter_chunks(path: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[memoryvie
 
 # A line ending in one of these (or shorter than WRAP_MIN) ends its record; a longer line
 # ending otherwise may be the first half of a terminal hard-wrap.
-TERMINAL = ".%)]}'\":!?"
+TERMINAL = ".%)]}'\"!?"
 WRAP_MIN = 60
 _TERMINAL = frozenset(TERMINAL.encode())
 _SAFE_SEARCH = 4096
+_MAX_CARRY = 256 * 1024 * 1024
 
 
-def safe_cut(buffer: bytearray, end: int) -> int:
-    """Index of the newline to end a chunk at: after a line that cannot continue on the next.
+# The start of a line that cannot be the tail of a hard-wrapped record: a container
+# timestamp, a process prefix, a level, a JSON object.
+_ENVELOPE_START = re.compile(rb"\d{4}-\d\d-\d\d|\(|\{|\[|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
 
-    Terminal hard-wraps split one record over two lines; cutting a chunk between them would
-    hide the join from the per-chunk parser. Falls back to the last newline.
+
+def safe_cut(buffer: bytearray, end: int, may_continue: Callable[[str], bool] | None = None) -> int:
+    """Index of a newline where a chunk may end, or -1 when none is found near the end.
+
+    Terminal hard-wraps split one record over two lines; a chunk may end between two lines
+    only if the second starts with an envelope (so it is not the tail of the first) or the
+    first cannot continue (`may_continue`, default: short or ending in punctuation).
     """
-    last = buffer.rfind(b"\n", 0, end)
-    cut = last
+    cut = buffer.rfind(b"\n", 0, end)
     for _ in range(_SAFE_SEARCH):
         if cut < 0:
-            return last
-        start = buffer.rfind(b"\n", 0, cut) + 1
-        stop = cut - 1 if cut > start and buffer[cut - 1] == 13 else cut
-        if stop - start < WRAP_MIN or buffer[stop - 1] in _TERMINAL:
+            return -1
+        if cut + 1 < end and _ENVELOPE_START.match(buffer, cut + 1):
             return cut
+        start = buffer.rfind(b"\n", 0, cut) + 1
+        if may_continue is not None:
+            line = bytes(buffer[start:cut]).decode("utf-8", "replace")
+            if not may_continue(line):
+                return cut
+        else:
+            stop = cut - 1 if cut > start and buffer[cut - 1] == 13 else cut
+            if stop - start < WRAP_MIN or buffer[stop - 1] in _TERMINAL:
+                return cut
         cut = start - 1
-    return last
+    return -1
 
 
 def split_lines(chunk: bytes | memoryview) -> pl.Series:

@@ -22,6 +22,7 @@ class YearState:
     base_year: int | None = None
     rollovers: int = 0
     last_month: int | None = None
+    last_year: int | None = None  # year of the last record (a wrapper's may differ from base)
     source: str | None = None
 
 
@@ -61,6 +62,9 @@ def _safe(year: int, mon: int, day: int) -> datetime:
         return datetime(year, mon, 28)
 
 
+_EMPTY_YEARS = {"line": pl.Int64, "_year": pl.Int32, "_m": pl.Int32}
+
+
 def line_years(
     marks: pl.DataFrame,
     state: YearState,
@@ -76,7 +80,7 @@ def line_years(
     sorted by line.
     """
     if marks.height == 0:
-        return pl.DataFrame(schema={"line": pl.Int64, "_year": pl.Int32})
+        return pl.DataFrame(schema=_EMPTY_YEARS)
     months = marks["_mon"].cast(pl.Int32, strict=False)
     if state.base_year is None:
         first = marks.row(0, named=True)
@@ -118,12 +122,80 @@ def line_years(
         .cast(pl.Int32)
     )
     years = (wts_year + adjust).fill_null(roll + state.base_year)
-    return pl.DataFrame({"line": marks["line"], "_year": years.cast(pl.Int32)})
+    state.last_year = int(years[-1]) if years[-1] is not None else state.last_year
+    return pl.DataFrame(
+        {"line": marks["line"], "_year": years.cast(pl.Int32), "_m": months.cast(pl.Int32)}
+    )
+
+
+def anchor_first(rows: pl.DataFrame, state: YearState, **anchor: object) -> None:
+    """Anchor the year on the first timestamped row (any kind) if nothing has yet."""
+    if state.base_year is not None or rows.height == 0:
+        return
+    first = rows.row(0, named=True)
+    mon = int(first["_mon"]) if str(first["_mon"]).isdigit() else 1
+    if first["_wts"] is not None:
+        y = int(first["_wts"][:4])
+        if mon == 12 and first["_wts"][5:7] == "01":
+            y -= 1
+        state.base_year, state.source = y, "wrapper"
+        return
+    day = int(first["_day"]) if str(first["_day"]).isdigit() else 1
+    state.base_year, state.source = _anchor_year(
+        mon,
+        day,
+        first["_hms"] or "00:00:00",
+        anchor["year"],  # type: ignore[arg-type]
+        anchor["start"],  # type: ignore[arg-type]
+        anchor["reference"],  # type: ignore[arg-type]
+        str(anchor["tz"]),
+    )
+
+
+def bulk_years(
+    rows: pl.DataFrame, marks: pl.DataFrame, before: tuple[int, int | None]
+) -> pl.DataFrame:
+    """Years of bulk rows (line, _mon, _wts), from the last record before them.
+
+    `marks` are this batch's records with their years; `before` is (year, month) of the last
+    record of earlier batches. Between two records the year changes only if the month jumps
+    back by six or more. Only earlier records count, so batches give the same years as one go.
+    """
+    if rows.height == 0:
+        return pl.DataFrame(schema=_EMPTY_YEARS)
+    month = rows["_mon"].cast(pl.Int32, strict=False)
+    rows = rows.select("line", "_wts").with_columns(month.alias("_m"))
+    year0, month0 = before
+    if marks.height:
+        rows = rows.join_asof(
+            marks.sort("line").rename({"_year": "_yb", "_m": "_mb"}),
+            on="line",
+            strategy="backward",
+        )
+    else:
+        rows = rows.with_columns(
+            pl.lit(None, dtype=pl.Int32).alias("_yb"), pl.lit(None, dtype=pl.Int32).alias("_mb")
+        )
+    previous_year = pl.col("_yb").fill_null(year0)
+    previous_month = pl.col("_mb").fill_null(month0 if month0 is not None else 0)
+    year_expr = previous_year + ((previous_month - pl.col("_m")) >= 6).cast(pl.Int32)
+    wts_year = pl.col("_wts").str.slice(0, 4).cast(pl.Int32, strict=False) + (
+        pl.when((pl.col("_m") == 12) & (pl.col("_wts").str.slice(5, 2) == "01"))
+        .then(-1)
+        .when((pl.col("_m") == 1) & (pl.col("_wts").str.slice(5, 2) == "12"))
+        .then(1)
+        .otherwise(0)
+    )
+    return rows.select(
+        pl.col("line"),
+        pl.coalesce(wts_year, year_expr).cast(pl.Int32).alias("_year"),
+        pl.col("_m").cast(pl.Int32),
+    )
 
 
 def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
     """Replace the helper columns (_mon, _day, _hms, _wts, _ats) by a UTC `timestamp`."""
-    frame = frame.join(years, on="line", how="left")
+    frame = frame.join(years.select("line", "_year"), on="line", how="left")
     local_text = pl.concat_str(
         [
             pl.col("_year").cast(pl.String).str.zfill(4),
@@ -156,5 +228,5 @@ def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
     )
     timestamp = pl.coalesce(wrapper, to_utc).cast(TIMESTAMP)
     return frame.with_columns(timestamp.alias("timestamp")).drop(
-        "_mon", "_day", "_hms", "_wts", "_ats", "_year"
+        "_mon", "_day", "_hms", "_wts", "_ats", "_year", "_bulk"
     )

@@ -27,7 +27,7 @@ import polars as pl
 from preemptscope.ingest import _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._reader import CHUNK_BYTES, display_name, iter_chunks, split_lines
-from preemptscope.ingest._time import YearState, line_years, stamp
+from preemptscope.ingest._time import YearState, anchor_first, bulk_years, line_years, stamp
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting, LogFrames
 
 from preemptscope.errors import ConfigError, InputError
@@ -68,7 +68,13 @@ class ParseState:
 
 
 # Helper columns carried until timestamps are resolved.
-_HELPERS = {k: pl.String() for k in ("_mon", "_day", "_hms", "_wts", "_ats")}
+_HELPERS: dict[str, pl.DataType] = {
+    **{k: pl.String() for k in ("_mon", "_day", "_hms", "_wts", "_ats")},
+    # Rows of the bulk kinds (requests, access, other) extracted by the vectorised path. They
+    # take their year from the nearest other record, so summary mode (which skips them) and
+    # full mode date every record the same way.
+    "_bulk": pl.Boolean(),
+}
 _REC_COLS = ("process", "pid", "level")
 
 # Every ANSI form seen in logs ends a colour with a reset; ESC-less pastes keep `[0m`.
@@ -128,7 +134,8 @@ def _envelope_columns() -> list[pl.Expr]:
 
 
 def _pct(expr: pl.Expr) -> pl.Expr:
-    return expr.cast(pl.Float64, strict=False) / 100.0
+    # Polars turns `/ 100` into `* 0.01`; the per-line path does the same (_lines._fraction).
+    return expr.cast(pl.Float64, strict=False) * 0.01
 
 
 def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
@@ -152,6 +159,7 @@ def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
     frame = groups.select(
         pl.col("line"),
         *_envelope_columns(),
+        pl.lit(False).alias("_bulk"),
         era.alias("era"),
         field["engine"].cast(pl.Int64, strict=False).alias("engine"),
         field["prompt_throughput"].cast(pl.Float64, strict=False).alias("prompt_throughput"),
@@ -192,6 +200,7 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     return groups.select(
         pl.col("line"),
         *_envelope_columns(),
+        pl.lit(True).alias("_bulk"),
         event.alias("event"),
         rid.str.strip_chars_end(".").alias("request_id"),
     )
@@ -209,6 +218,7 @@ def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
         *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms")],
         pl.col("wts").alias("_wts"),
         pl.lit(None, dtype=pl.String).alias("_ats"),
+        pl.lit(True).alias("_bulk"),
         pl.col("client"),
         pl.col("method"),
         pl.col("path"),
@@ -241,7 +251,13 @@ def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
             pl.col("file").alias("logger_file"),
             pl.col("lineno").cast(pl.Int64, strict=False).alias("logger_line"),
         ]
-    return groups.select(pl.col("line"), *envelope, *location, pl.col("msg").alias("message"))
+    return groups.select(
+        pl.col("line"),
+        *envelope,
+        pl.lit(True).alias("_bulk"),
+        *location,
+        pl.col("msg").alias("message"),
+    )
 
 
 @dataclass
@@ -422,26 +438,40 @@ def _finish(
             if parts
             else _empty(columns)
         )
-    marks = (
-        pl.concat(
-            [
-                frame.select("line", "_mon", "_day", "_hms", "_wts").filter(
-                    pl.col("_mon").is_not_null()
-                )
-                for frame in kinds.values()
-            ]
-        )
-        .unique("line", keep="first")
-        .sort("line")
-    )
-    years = line_years(
-        marks,
+    stamped_rows = pl.concat(
+        [
+            frame.select("line", "_mon", "_day", "_hms", "_wts", "_bulk").filter(
+                pl.col("_mon").is_not_null()
+            )
+            for frame in kinds.values()
+        ]
+    ).sort("line")
+    anchor_first(
+        stamped_rows,
         state.years,
         tz=options.tz,
         year=options.year,
         start=options.start,
         reference=options.reference_time,
     )
+    assert state.years.base_year is not None or stamped_rows.height == 0
+    before = (
+        state.years.last_year
+        if state.years.last_year is not None
+        else (state.years.base_year or 1970) + state.years.rollovers,
+        state.years.last_month,
+    )
+    marks = stamped_rows.filter(~pl.col("_bulk").fill_null(False)).unique("line", keep="first")
+    years = line_years(
+        marks.sort("line"),
+        state.years,
+        tz=options.tz,
+        year=options.year,
+        start=options.start,
+        reference=options.reference_time,
+    )
+    bulk = stamped_rows.filter(pl.col("_bulk").fill_null(False)).unique("line", keep="first")
+    years = pl.concat([years, bulk_years(bulk.sort("line"), years, before)])
     if state.years.source is None and any(
         frame.select(pl.col("_ats").is_not_null().any()).item() for frame in kinds.values()
     ):
@@ -486,9 +516,8 @@ def _version_and_era(frames: LogFrames) -> tuple[str | None, str | None]:
 
 
 def _held_back(raw: str) -> bool:
-    """A last line that may continue in the next batch (a hard-wrapped record)."""
-    text = raw.rstrip("\r\n")
-    return len(text) >= _lines.WRAP_MIN and not text.endswith(_lines.TERMINAL)
+    """A last line that may continue in the next batch (see _lines.may_continue)."""
+    return _lines.may_continue(raw)
 
 
 def _parse_series(
@@ -609,7 +638,7 @@ def iter_parse_path(
     previous: str | None = None
     in_flight: deque[Future[_Batch]] = deque()
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for chunk in iter_chunks(name, chunk_bytes):
+        for chunk in iter_chunks(name, chunk_bytes, _lines.may_continue):
             if progress is not None:
                 progress(len(chunk))
             in_flight.append(
