@@ -13,8 +13,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from preemptscope.analysis import kvmodel
 from preemptscope.errors import ConfigError, InputError
+from preemptscope.ingest.logs import parse_path
 
 
 def register(subparsers: Any) -> None:
@@ -76,6 +79,12 @@ def register(subparsers: Any) -> None:
         type=int,
         help="also print the gpu_memory_utilization needed for this many full-length requests",
     )
+    parser.add_argument(
+        "--log",
+        metavar="VLLM_LOG",
+        help="compare with the startup lines of a vLLM log (GPU blocks, KV cache size, maximum "
+        "concurrency); without GPU flags, its logged KV memory and context length are used",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(func=run)
 
@@ -100,8 +109,46 @@ def load_model(args: argparse.Namespace) -> kvmodel.ModelSpec:
         raise InputError(str(path), str(exc)) from None
 
 
+KV_ONLY = "given KV memory"
+LOGGED_KINDS = {
+    "gpu_blocks": "num_gpu_blocks",
+    "kv_cache_tokens": "kv_cache_tokens",
+    "max_concurrency": "max_concurrency",
+    "available_kv_memory": "kv_memory_gib",
+    "memory_for_kv": "kv_memory_gib",
+}
+
+
+def logged_capacity(path: str) -> dict[str, float]:
+    """The last KV-sizing figures a vLLM log printed (names as in `compute`'s output)."""
+    frame = parse_path(path)["kv_capacity"].filter(pl.col("value").is_not_null())
+    found: dict[str, float] = {}
+    for kind, value, context in frame.select("kind", "value", "context_tokens").iter_rows():
+        if kind in LOGGED_KINDS:
+            found[LOGGED_KINDS[kind]] = float(value)
+        if kind == "max_concurrency" and context:
+            found["context_len"] = float(context)
+    if not found:
+        raise InputError(path, "no KV-sizing lines (GPU blocks, KV cache size, ...) in this log")
+    return found
+
+
 def compute(args: argparse.Namespace) -> dict[str, Any]:
     """The capacity figures for the parsed flags, as a JSON-ready dict."""
+    logged = logged_capacity(args.log) if args.log else None
+    if logged is not None:
+        no_gpu = args.gpu is None and args.gpu_memory_gib is None and args.kv_memory_gib is None
+        if no_gpu and "kv_memory_gib" in logged:
+            args.kv_memory_gib = logged["kv_memory_gib"]
+        if args.context_len is None and "context_len" in logged:
+            args.context_len = int(logged["context_len"])
+    out = _compute(args)
+    if logged is not None:
+        out["logged"] = logged
+    return out
+
+
+def _compute(args: argparse.Namespace) -> dict[str, Any]:
     model = load_model(args)
     kv_dtype = kvmodel.dtype_bytes(args.kv_cache_dtype) if args.kv_cache_dtype else None
     context = args.context_len or model.max_position_embeddings
@@ -115,7 +162,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.kv_memory_gib is not None:
         # The logged KV memory is the whole budget: a "GPU" of that size with nothing else on it.
-        gpu = kvmodel.GpuSpec("logged KV memory", args.kv_memory_gib, 0.0, 0.0)
+        gpu = kvmodel.GpuSpec(KV_ONLY, args.kv_memory_gib, 0.0, 0.0)
         memory: dict[str, Any] = {
             "gpu_memory_utilization": 1.0,
             "weights_gib": 0.0,
@@ -171,7 +218,9 @@ def render(out: dict[str, Any]) -> str:
         f"model                {out['model']}",
         f"GPU                  {out['gpu']} ({out['gpu_memory_gib']:.2f} GiB), "
         f"tp={out['tensor_parallel_size']} pp={out['pipeline_parallel_size']}",
-        f"weights per GPU      {out['weights_gib']:.2f} GiB",
+        f"weights per GPU      {out['weights_gib']:.2f} GiB"
+        if out["gpu"] != KV_ONLY
+        else "weights per GPU      - (the KV memory is given)",
         f"KV memory per GPU    {out['kv_memory_gib']:.2f} GiB "
         f"({out['bytes_per_token']:,.0f} bytes per token)",
         f"GPU blocks           {out['num_gpu_blocks']:,} of {out['block_size']} tokens",
@@ -191,6 +240,19 @@ def render(out: dict[str, Any]) -> str:
             f"needed for {out['concurrency']} such requests: "
             f"{out['needed_kv_memory_gib']:.2f} GiB of KV memory"
         )
+    if "logged" in out:
+        logged = out["logged"]
+        lines.append("logged by vLLM:")
+        for key, label, fmt in (
+            ("num_gpu_blocks", "GPU blocks", "{:,.0f}"),
+            ("kv_cache_tokens", "GPU KV cache size", "{:,.0f} tokens"),
+            ("max_concurrency", "Maximum concurrency", "{:.2f}x"),
+            ("kv_memory_gib", "KV memory", "{:.2f} GiB"),
+        ):
+            if key in logged:
+                computed = out[key]
+                diff = f" (computed {fmt.format(computed)})" if computed is not None else ""
+                lines.append(f"  {label:<21}{fmt.format(logged[key])}{diff}")
     return "\n".join(lines)
 
 

@@ -160,3 +160,17 @@ def test_capacity_agrees_with_the_parsed_startup_lines(capsys: pytest.CaptureFix
     # and vLLM's own formula on the logged line: tokens / context = concurrency
     context = float(str(by_kind["max_concurrency"]["context_tokens"]))
     assert round(logged_tokens / context, 2) == by_kind["max_concurrency"]["value"]
+
+
+def test_log_option_compares_with_the_logged_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    log = str(CORPUS / "066-v091-v1-startup-kv-size-engine000-cache-config-info.log")
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", log)
+    assert out["logged"]["kv_cache_tokens"] == 251_920
+    assert out["context_len"] == 40_960  # taken from the logged concurrency line
+    assert abs(out["num_gpu_blocks"] - out["logged"]["num_gpu_blocks"]) <= 1
+    assert main(["capacity", "--config", QWEN3_1_7B, "--log", log]) == 0
+    text = capsys.readouterr().out
+    assert "logged by vLLM" in text and "251,920 tokens (computed 251,936 tokens)" in text
+    idle = str(CORPUS / "016-v054-idle-stats-llama31.log")
+    assert main(["capacity", "--config", QWEN3_1_7B, "--log", idle]) == 2
+    assert "no KV-sizing lines" in capsys.readouterr().err
