@@ -86,6 +86,7 @@ def test_report_renders_offline_in_chromium(tmp_path: Path, watched: Watched) ->
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_long_series_are_downsampled_and_zoom_brings_back_every_window(
     tmp_path: Path, watched: Watched
 ) -> None:
