@@ -22,9 +22,9 @@ from typing import Any, TextIO
 
 import httpx
 
-from preemptscope.errors import InputError, ScrapeError
+from preemptscope.commands.report import parse_duration  # one duration syntax for all commands
+from preemptscope.errors import ConfigError, InputError, ScrapeError
 from preemptscope.ingest.metrics import PREFIXES, fetch_metrics_text, parse_metrics_text
-from preemptscope.settings import parse_duration
 
 
 @dataclass
@@ -37,7 +37,7 @@ class ScrapeTally:
 def _duration(text: str) -> float:
     try:
         return parse_duration(text)
-    except ValueError as exc:
+    except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
