@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,9 +15,9 @@ LLAMA3_8B = str(MODELS / "llama-3-8b" / "config.json")
 QWEN3_1_7B = str(MODELS / "qwen3-1.7b" / "config.json")
 
 
-def capacity_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, float]:
+def capacity_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     assert main(["capacity", "--json", *args]) == 0
-    result: dict[str, float] = json.loads(capsys.readouterr().out)
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
     return result
 
 
