@@ -195,7 +195,9 @@ def _split_lines(text: str) -> tuple[_Layout, list[float]] | None:
                 continue
             if line[0] == "#":
                 parts = line.split(None, 3)
-                if len(parts) >= 4 and parts[1] == "TYPE":
+                if len(parts) >= 2 and parts[1] == "TYPE":
+                    if len(parts) < 4 or parts[3].strip() not in _TYPES:
+                        return None  # prometheus-client rejects it, naming the line
                     types.append((parts[2], parts[3].strip()))
                 continue
             if "{" in line:

@@ -174,6 +174,7 @@ def test_empty_text_is_an_empty_frame() -> None:
         ("# TYPE a gauge\na 1\na{b=c} 2\n", 3),
         ("a 1\nthis is not a metric line at all\n", 2),
         ("a 1\nb notanumber\n", 2),
+        ("# TYPE a bogus\na 1\n", 1),
         ("<html><body>Login</body></html>\n", 1),
         ('{"error": "unauthorized"}\n', 1),
     ],
