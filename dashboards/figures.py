@@ -409,6 +409,21 @@ def timeline_figure(dep: DeploymentReport) -> go.Figure:
                 2,
             )
         )
+    if any(w.queue_bound for w in windows):
+        rows.append(
+            (
+                _scatter(
+                    len(windows),
+                    y=axis.spread([w.waiting_max if w.queue_bound else None for w in windows]),
+                    mode="markers",
+                    name="queue-bound (KV to spare)",
+                    marker={"color": COLORS["waiting"], "symbol": "diamond-open", "size": 7},
+                    hovertemplate="queue-bound: %{y} waiting with KV to spare<extra></extra>",
+                    **axis.trace_x(),
+                ),
+                2,
+            )
+        )
     rows += _preemption_traces(windows, axis, 3)
     rows += _latency_traces(windows, axis, 4)
     if len(dep.episodes) > SHAPE_LIMIT:
@@ -445,7 +460,7 @@ def timeline_figure(dep: DeploymentReport) -> go.Figure:
     fig.update_yaxes(title_text="fraction", range=[0, 1.05], tickformat=".0%", row=1, col=1)
     fig.update_yaxes(title_text="requests", rangemode="tozero", row=2, col=1)
     fig.update_yaxes(title_text="count", rangemode="tozero", row=3, col=1)
-    fig.update_yaxes(title_text="seconds (log)", type="log", row=4, col=1)
+    fig.update_yaxes(title_text="seconds (log)", type="log", dtick=1, row=4, col=1)
     fig.update_xaxes(type="date")
     fig.update_xaxes(title_text="time (UTC)", row=4, col=1)
     fig.update_layout(
@@ -529,6 +544,8 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
             f"with preemption vs {corr.p99_over_mean_without:.2f} in "
             f"{corr.windows_without_preemption} without"
         )
+    if corr.spearman_rho_p99 is not None:
+        notes.append(f"ρ of preemption rate vs p99 itself = {corr.spearman_rho_p99:.2f}")
     if corr.best_lag_windows and corr.best_lag_rho is not None:
         notes.append(
             f"strongest at lag {corr.best_lag_windows} windows (ρ = {corr.best_lag_rho:.2f})"
@@ -537,20 +554,8 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
         notes.append(f"{uncounted} windows without a preemption count left out")
     if not total:
         notes.append("no window has both a preemption count and latency")
-    if notes:
-        fig.add_annotation(
-            text="<br>".join(plot_text(n) for n in notes),
-            xref="paper",
-            yref="paper",
-            x=0.99,
-            y=0.99,
-            xanchor="right",
-            yanchor="top",
-            showarrow=False,
-            align="right",
-            bgcolor="rgba(255,255,255,0.8)",
-            font={"size": 11},
-        )
+    # Notes go under the title, where they cannot cover the points.
+    title += "".join(f"<br><sup>{plot_text(n)}</sup>" for n in notes)
     fig.update_xaxes(title_text="preemptions per minute", rangemode="tozero")
     fig.update_yaxes(title_text=f"{label} p99 / mean", rangemode="tozero")
     fig.update_layout(
@@ -558,7 +563,7 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
         height=420,
         legend={"orientation": "h", "y": -0.2},
         template="plotly_white",
-        margin={"l": 70, "r": 30, "t": 60, "b": 50},
+        margin={"l": 70, "r": 30, "t": 60 + 16 * len(notes), "b": 50},
         uirevision=dep.name,
     )
     return fig
@@ -587,9 +592,20 @@ def capacity_figure(
     ctx = cap.max_concurrency_context_tokens
     bars = [
         (
-            "KV cache fits" + (f" (at {ctx:,} tokens each)" if ctx else ""),
+            f"KV cache fits at {ctx:,} tokens/request (vLLM's max concurrency)"
+            if ctx
+            else "KV cache fits (vLLM's max concurrency)",
             cap.max_concurrency,
             "#2ca02c",
+        ),
+        (
+            f"KV cache fits at the observed {cap.mean_tokens_per_request:,.0f} tokens/request"
+            if cap.mean_tokens_per_request
+            else "",
+            cap.kv_cache_tokens / cap.mean_tokens_per_request
+            if cap.kv_cache_tokens and cap.mean_tokens_per_request
+            else None,
+            "#98df8a",
         ),
         ("max_num_seqs (configured)", cap.max_num_seqs, "#7f7f7f"),
         ("observed running, peak", running_peak, COLORS["running"]),
@@ -610,7 +626,7 @@ def capacity_figure(
         subplot_titles=(
             ("Concurrency: capacity vs demand", "What-if: max_num_seqs (simulated)")
             if has_whatif
-            else ("Concurrency: capacity vs demand",)
+            else None
         ),
     )
     shown = [(label, value, color) for label, value, color in bars if value is not None]
@@ -646,15 +662,16 @@ def capacity_figure(
     )
     if served:
         details.append(served)
+    heading = "Capacity" if has_whatif else "Capacity vs demand (concurrent requests)"
     fig.update_layout(
         title={
             "font": {"size": 15},
-            "text": f"Capacity<br><sup>{'<br>'.join(plot_text(d) for d in details)}</sup>",
+            "text": heading + "".join(f"<br><sup>{plot_text(d)}</sup>" for d in details),
             "x": 0.01,
         },
         height=420,
         template="plotly_white",
-        margin={"l": 70, "r": 30, "t": 100, "b": 50},
+        margin={"l": 70, "r": 30, "t": 110, "b": 50},
         legend={"orientation": "h", "y": -0.2},
         uirevision=dep.name,
     )
@@ -721,6 +738,10 @@ def verdict_card_html(dep: DeploymentReport) -> str:
     else:
         quality = "exact" if pre.exact else "lower bound"
         counted = f"{pre.total:,} preemptions ({quality}, from {pre.evidence.replace('_', ' ')})"
+        if pre.cache_reset_preemptions:
+            counted += f", {pre.cache_reset_preemptions:,} of them in cache resets"
+        if pre.since_start is not None and pre.since_start != pre.total:
+            counted += f"; {pre.since_start:,} since the engine started"
     parts = [
         f'<section class="verdict-card state-{esc(state)}" data-state="{esc(state)}">',
         f'<h2><span class="badge state-{esc(state)}">{esc(STATE_LABELS.get(state, state))}</span> '

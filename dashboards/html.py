@@ -92,7 +92,9 @@ def _sources_table(sources: list[SourceSummary]) -> str:
             f"<td>{esc(src.deployment)}</td><td class='num'>{_fmt(src.lines)}</td>"
             f"<td class='num'>{_fmt(src.unrecognized_lines)}{share}</td>"
             f"<td>{esc(src.log_era or '')}</td><td>{esc(src.vllm_version or '')}</td>"
-            f"<td>{esc(src.timezone or '')}</td><td>{records}</td>"
+            f"<td>{esc(src.timezone or '')}</td><td>{records}"
+            + "".join(f'<div class="note">{esc(note)}</div>' for note in src.notes)
+            + "</td>"
             "</tr>"
         )
     return (

@@ -162,7 +162,7 @@ def test_preemption_vs_tail_leaves_out_uncounted_windows() -> None:
     ws = [window(0, preemptions=6), window(1, preemptions=None, preemption_quality="none")]
     d = F.preemption_vs_tail_figure(with_windows(ws)).to_dict()
     assert [t["x"] for t in d["data"]] == [[36.0]]
-    assert "1 windows without a preemption count left out" in d["layout"]["annotations"][0]["text"]
+    assert "1 windows without a preemption count left out" in d["layout"]["title"]["text"]
 
 
 def test_capacity_without_and_with_whatif() -> None:
@@ -227,3 +227,23 @@ def test_tiny_inputs_do_not_break(count: int) -> None:
     for fig in (F.timeline_figure(dep), F.preemption_vs_tail_figure(dep), F.capacity_figure(dep)):
         assert fig.to_dict()["data"] is not None
     assert F.figures_json(dep)["windows"] == count
+
+
+def test_analyzer_extras_are_shown() -> None:
+    ws = [window(0), window(1, queue_bound=True, waiting_max=9)]
+    dep = with_windows(ws)
+    dep = replace(
+        dep,
+        capacity=replace(dep.capacity, mean_tokens_per_request=1148.0),
+        correlation=replace(dep.correlation, spearman_rho_p99=0.66),
+        preemptions=replace(dep.preemptions, cache_reset_preemptions=12, since_start=99_999),
+    )
+    data = traces(F.timeline_figure(dep))
+    assert data["queue-bound (KV to spare)"]["y"] == [None, 9]
+    bars = F.capacity_figure(dep).to_dict()["data"][0]
+    assert bars["y"][1] == "KV cache fits at the observed 1,148 tokens/request"
+    assert bars["x"][1] == 40.0  # 45,920 / 1,148
+    title = F.preemption_vs_tail_figure(dep).to_dict()["layout"]["title"]["text"]
+    assert "vs p99 itself = 0.66" in title
+    card = F.verdict_card_html(dep)
+    assert "12 of them in cache resets" in card and "99,999 since the engine started" in card
