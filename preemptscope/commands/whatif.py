@@ -201,11 +201,11 @@ def _row(label: str, o: WhatIfOutcome) -> list[str]:
         fmt_seconds(o.e2e_mean),
         fmt_seconds(o.e2e_p99),
         fmt_seconds(o.ttft_p99),
-        f"{o.finished}/{o.requests}",
+        f"{o.finished}",
     ]
 
 
-_COLUMNS = ("", "KV tok", "preempt", "victims", "out tok/s", "e2e", "e2e p99", "ttft p99", "done")
+_COLUMNS = ("", "KV tok", "preempt", "victims", "tok/s", "e2e", "e2e p99", "ttft p99", "done")
 
 
 def _comparison(result: WhatIfResult) -> Table:
