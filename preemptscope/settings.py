@@ -1,0 +1,471 @@
+"""The one table of `preemptscope serve` settings.
+
+Each row drives a command-line flag (`--scrape-interval`), an environment variable
+(`PREEMPTSCOPE_SCRAPE_INTERVAL`) and a key of the TOML config file (`scrape_interval`), and
+the table in docs/exporter.md is generated from it (`python -m preemptscope.settings`).
+Precedence, highest first: flag, environment, config file, default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from preemptscope.errors import ConfigError
+
+ENV_PREFIX = "PREEMPTSCOPE_"
+Kind = Literal["str", "int", "bool", "duration", "bytes", "list", "choice"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str  # attribute and config-file key
+    kind: Kind
+    default: Any
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+    secret: bool = False  # never echoed back in errors or the startup banner
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "log",
+        "list",
+        [],
+        "vLLM log file to follow like `tail -F`; repeatable. DEPLOYMENT defaults to the file stem."
+        " In the environment, separate entries with commas.",
+        metavar="PATH[=DEPLOYMENT]",
+    ),
+    Setting(
+        "scrape",
+        "list",
+        [],
+        "vLLM /metrics URL to scrape; repeatable. DEPLOYMENT defaults to host:port."
+        " In the environment, separate entries with commas.",
+        metavar="URL[=DEPLOYMENT]",
+    ),
+    Setting(
+        "state_dir",
+        "str",
+        "preemptscope-state",
+        "Directory for the checkpoint (file offsets and exported totals); one service per dir.",
+        metavar="DIR",
+    ),
+    Setting(
+        "host", "str", "127.0.0.1", "Address to bind. Use 0.0.0.0 only behind a network policy."
+    ),
+    Setting("port", "int", 8000, "TCP port to bind (0 picks a free one)."),
+    Setting(
+        "token",
+        "str",
+        None,
+        "Bearer token required by the JSON API and the dashboard (unset: open).",
+        secret=True,
+    ),
+    Setting(
+        "token_file",
+        "str",
+        None,
+        "Read the bearer token from this file (e.g. a mounted secret) instead of --token.",
+        metavar="PATH",
+    ),
+    Setting(
+        "protect_metrics",
+        "bool",
+        False,
+        "Require the bearer token on /metrics too (Prometheus then needs `authorization`).",
+    ),
+    Setting("window", "duration", 60.0, "Analysis window length (e.g. 30s, 1m)."),
+    Setting(
+        "history",
+        "duration",
+        900.0,
+        "How much recent data the live analysis keeps in memory and analyses (e.g. 15m).",
+    ),
+    Setting(
+        "analysis_interval",
+        "duration",
+        1.0,
+        "How often the live report is recomputed when new data arrived.",
+    ),
+    Setting(
+        "poll_interval", "duration", 0.2, "How often followed files are checked for new lines."
+    ),
+    Setting("scrape_interval", "duration", 10.0, "Interval between scrapes of each --scrape URL."),
+    Setting("scrape_timeout", "duration", 5.0, "Timeout of one scrape."),
+    Setting(
+        "start_at",
+        "choice",
+        "beginning",
+        "Where to start reading a log seen for the first time (no checkpoint): the whole file"
+        " or only lines written from now on.",
+        choices=("beginning", "end"),
+    ),
+    Setting(
+        "max_upload",
+        "bytes",
+        64 * 1024 * 1024,
+        "Largest request body POST /api/report accepts (e.g. 64MiB); larger gets 413.",
+    ),
+    Setting(
+        "log_level",
+        "choice",
+        "info",
+        "Level of preemptscope's own log on stderr.",
+        choices=("debug", "info", "warning", "error"),
+    ),
+)
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    path: str
+    deployment: str
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    url: str
+    deployment: str
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Resolved settings; `origins` says where each value came from (flag/env/config/default)."""
+
+    logs: tuple[LogTarget, ...]
+    scrapes: tuple[ScrapeTarget, ...]
+    state_dir: Path
+    host: str
+    port: int
+    token: str | None
+    protect_metrics: bool
+    window: float
+    history: float
+    analysis_interval: float
+    poll_interval: float
+    scrape_interval: float
+    scrape_timeout: float
+    start_at: str
+    max_upload: int
+    log_level: str
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_BYTES = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
+
+
+def parse_duration(text: str) -> float:
+    """'250ms', '10s', '5m', '1h', '1d' or a bare number of seconds -> seconds (> 0)."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"expected a duration such as 10s, 5m or 250ms, got {text!r}")
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"expected a positive duration, got {text!r}")
+    return seconds
+
+
+def parse_bytes(text: str) -> int:
+    """'64MiB', '10MB', '512k' or a bare number of bytes -> bytes (> 0)."""
+    match = _BYTES.match(text)
+    if not match:
+        raise ValueError(f"expected a size such as 64MiB or 10MB, got {text!r}")
+    unit = (match.group(2) or "").lower()
+    if unit.endswith("ib"):
+        factor = 1024 ** ("kmgt".index(unit[0]) + 1)
+    else:
+        factor = _BYTE_UNITS[unit.rstrip("b") if unit != "b" else "b"]
+    size = int(float(match.group(1)) * factor)
+    if size <= 0:
+        raise ValueError(f"expected a positive size, got {text!r}")
+    return size
+
+
+def _convert(setting: Setting, raw: Any, origin: str) -> Any:
+    """Turn a raw value (string from flag/env, or TOML value) into the setting's type."""
+    try:
+        if setting.kind == "list":
+            if isinstance(raw, str):
+                return [part.strip() for part in raw.split(",") if part.strip()]
+            if isinstance(raw, list) and all(isinstance(item, str) for item in raw):
+                return list(raw)
+            raise ValueError("expected a list of strings")
+        if setting.kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(f"expected true or false, got {raw!r}")
+        if setting.kind == "int":
+            if isinstance(raw, bool) or not isinstance(raw, int | str):
+                raise ValueError(f"expected an integer, got {raw!r}")
+            value = int(raw)
+            if setting.name == "port" and not 0 <= value <= 65535:
+                raise ValueError(f"expected a port 0..65535, got {value}")
+            return value
+        if setting.kind == "duration":
+            if isinstance(raw, int | float) and not isinstance(raw, bool):
+                raw = str(raw)
+            return parse_duration(str(raw))
+        if setting.kind == "bytes":
+            if isinstance(raw, int) and not isinstance(raw, bool):
+                raw = str(raw)
+            return parse_bytes(str(raw))
+        if setting.kind == "choice":
+            text = str(raw).strip().lower()
+            if text not in setting.choices:
+                raise ValueError(f"expected one of {', '.join(setting.choices)}, got {raw!r}")
+            return text
+        if not isinstance(raw, str):
+            raise ValueError(f"expected a string, got {raw!r}")
+        return raw
+    except ValueError as exc:
+        where = {"flag": setting.flag, "env": setting.env}.get(origin, origin)
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per setting, plus --config. Defaults stay None so precedence can be applied."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="TOML file with any of the settings below as top-level keys"
+        f" (env: {ENV_PREFIX}CONFIG).",
+    )
+    for setting in SETTINGS:
+        help_text = f"{setting.help} (env: {setting.env}; default: {_default_text(setting)})"
+        if setting.kind == "list":
+            parser.add_argument(
+                setting.flag,
+                dest=setting.name,
+                action="append",
+                default=None,
+                metavar=setting.metavar,
+                help=help_text,
+            )
+        elif setting.kind == "bool":
+            parser.add_argument(
+                setting.flag,
+                dest=setting.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                setting.flag,
+                dest=setting.name,
+                default=None,
+                metavar=setting.metavar or setting.name.upper(),
+                help=help_text,
+            )
+
+
+def _default_text(setting: Setting) -> str:
+    default = setting.default
+    if default is None or default == []:
+        return "unset"
+    if setting.kind == "duration":
+        return _format_duration(float(default))
+    if setting.kind == "bytes":
+        return _format_bytes(int(default))
+    if setting.kind == "bool":
+        return "true" if default else "false"
+    return str(default)
+
+
+def _format_duration(seconds: float) -> str:
+    for unit, factor in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= factor and (seconds / factor).is_integer():
+            return f"{int(seconds / factor)}{unit}"
+    return f"{round(seconds * 1000)}ms"
+
+
+def _format_bytes(size: int) -> str:
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """Read a TOML config; unknown keys are an error (typos must not pass silently)."""
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    unknown = sorted(set(data) - set(BY_NAME))
+    if unknown:
+        known = ", ".join(BY_NAME)
+        raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)} (known: {known})")
+    return data
+
+
+def resolve(
+    args: argparse.Namespace | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ServeSettings:
+    """Apply flag > environment > config file > default, validate, and return typed settings."""
+    env = os.environ if environ is None else environ
+    flags = vars(args) if args is not None else {}
+    config_path = flags.get("config") or env.get(ENV_PREFIX + "CONFIG")
+    config = load_config_file(config_path) if config_path else {}
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for setting in SETTINGS:
+        if flags.get(setting.name) is not None:
+            raw, origin = flags[setting.name], "flag"
+            if setting.kind == "list":
+                # Each flag occurrence is one entry; commas are literal there.
+                values[setting.name], origins[setting.name] = list(raw), origin
+                continue
+        elif setting.env in env:
+            raw, origin = env[setting.env], "env"
+        elif setting.name in config:
+            raw, origin = config[setting.name], f"{config_path} ({setting.name})"
+        else:
+            values[setting.name], origins[setting.name] = setting.default, "default"
+            continue
+        values[setting.name] = _convert(setting, raw, origin)
+        origins[setting.name] = "flag" if origin == "flag" else origin
+    return _build(values, origins)
+
+
+def _build(values: dict[str, Any], origins: dict[str, str]) -> ServeSettings:
+    token: str | None = values["token"]
+    if values["token_file"]:
+        if token:
+            raise ConfigError("--token and --token-file both given; use one")
+        try:
+            token = Path(values["token_file"]).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"{values['token_file']}: cannot read token file: {exc}") from None
+        if not token:
+            raise ConfigError(f"{values['token_file']}: token file is empty")
+    if token is not None and len(token) < 16:
+        raise ConfigError("the bearer token must be at least 16 characters long")
+    if values["protect_metrics"] and not token:
+        raise ConfigError("--protect-metrics needs a token (--token or --token-file)")
+    if values["scrape_timeout"] > values["scrape_interval"]:
+        raise ConfigError(
+            f"--scrape-timeout ({values['scrape_timeout']}s) must not exceed "
+            f"--scrape-interval ({values['scrape_interval']}s)"
+        )
+    if values["history"] < values["window"]:
+        raise ConfigError("--history must be at least one --window long")
+    logs = tuple(parse_log_target(item) for item in values["log"])
+    scrapes = tuple(parse_scrape_target(item) for item in values["scrape"])
+    _check_unique([t.path for t in logs], "--log")
+    _check_unique([t.url for t in scrapes], "--scrape")
+    return ServeSettings(
+        logs=logs,
+        scrapes=scrapes,
+        state_dir=Path(values["state_dir"]),
+        host=values["host"],
+        port=values["port"],
+        token=token,
+        protect_metrics=values["protect_metrics"],
+        window=values["window"],
+        history=values["history"],
+        analysis_interval=values["analysis_interval"],
+        poll_interval=values["poll_interval"],
+        scrape_interval=values["scrape_interval"],
+        scrape_timeout=values["scrape_timeout"],
+        start_at=values["start_at"],
+        max_upload=values["max_upload"],
+        log_level=values["log_level"],
+        origins=origins,
+    )
+
+
+def _check_unique(items: Sequence[str], flag: str) -> None:
+    seen: set[str] = set()
+    for item in items:
+        if item in seen:
+            raise ConfigError(f"{flag} {item} given twice")
+        seen.add(item)
+
+
+_DEPLOYMENT = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+def _split_target(item: str, flag: str) -> tuple[str, str | None]:
+    # The last '=' splits: URLs may hold '=' in the query, deployment names never do.
+    head, sep, tail = item.rpartition("=")
+    if sep and head and _DEPLOYMENT.match(tail) and "/" not in tail:
+        return head, tail
+    if sep and not tail:
+        raise ConfigError(f"{flag} {item}: empty deployment name after '='")
+    return item, None
+
+
+def parse_log_target(item: str) -> LogTarget:
+    path, deployment = _split_target(item, "--log")
+    if not path:
+        raise ConfigError(f"--log {item!r}: empty path")
+    return LogTarget(path=path, deployment=deployment or Path(path).stem or path)
+
+
+def parse_scrape_target(item: str) -> ScrapeTarget:
+    url, deployment = _split_target(item, "--scrape")
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ConfigError(f"--scrape {item!r}: expected an http:// or https:// URL")
+    if deployment is None:
+        deployment = re.sub(r"^https?://", "", url).split("/", 1)[0]
+    return ScrapeTarget(url=url, deployment=deployment)
+
+
+def markdown_table() -> str:
+    """The settings table for docs/exporter.md, generated so docs and code cannot drift."""
+    rows = [
+        "| flag | environment | config key | default | meaning |",
+        "|---|---|---|---|---|",
+        f"| `--config FILE` | `{ENV_PREFIX}CONFIG` | — | unset "
+        "| TOML file with any of the keys below |",
+    ]
+    for setting in SETTINGS:
+        meta = f" {setting.metavar}" if setting.metavar else ""
+        if setting.kind == "bool":
+            meta = ""
+        choices = f" One of: {', '.join(setting.choices)}." if setting.choices else ""
+        rows.append(
+            f"| `{setting.flag}{meta}` | `{setting.env}` | `{setting.name}` "
+            f"| {_default_text(setting)} | {setting.help}{choices} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown_table())
