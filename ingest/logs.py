@@ -185,78 +185,150 @@ def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
     return frame
 
 
+# Bulk lines (requests, access, other) are taken apart with positions and small regexes on
+# short slices: one envelope regex with captures over every line costs several times more.
+_TS_FIND = r"[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-6][0-9] "
+_LEVEL_FIND = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
+_LOCATION = r"^\[?(?P<file>[^\] :]+):(?P<lineno>[0-9]+)\]"
+# The last process prefix before the level (the innermost of nested Ray prefixes).
+_PRE_PROCESS = (
+    r"\((?P<proc>[A-Za-z_][^()]*?(?:\([^()]*\)[^()]*?)?),? pid=(?P<pid>[0-9]+)"
+    r"(?:, ip=[^)]*)?\)[^()]*$"
+)
+_PRE_RANK = r"\[(rank[0-9]+)\]:"
+_PRE_WRAPPER = r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2}))\s"
+_ACCESS_FIELDS = (
+    r'INFO: +(?P<client>[^ ]+)(?: [0-9]+)? - "(?P<method>[A-Z]+) (?P<path>[^ ]+) '
+    r'HTTP/(?P<http_version>[0-9.]+)" (?P<status>[0-9]{3})'
+)
+_REQUEST_FIELDS = (
+    r"\] (?P<ev>Received request|Added request|Finished request|Aborted request(?:\(s\))?"
+    r"|Generated response|Request) (?P<rid>[^ :,\r\n]+)"
+)
+_EVENTS = {
+    "Received request": "received",
+    "Added request": "added",
+    "Finished request": "finished",
+    "Aborted request": "aborted",
+    "Aborted request(s)": "aborted",
+    "Generated response": "generated",
+    "Request": "failed",
+}
+
+
+def _prefix_columns(pre: pl.Expr) -> list[pl.Expr]:
+    """process, pid, _wts from the text in front of the level (short strings)."""
+    proc = pre.str.extract_groups(_PRE_PROCESS)
+    return [
+        pl.coalesce(
+            proc.struct.field("proc").str.strip_chars(), pre.str.extract(_PRE_RANK, 1)
+        ).alias("process"),
+        proc.struct.field("pid").cast(pl.Int64, strict=False).alias("pid"),
+        pre.str.extract(_PRE_WRAPPER, 1).alias("_wts"),
+    ]
+
+
+def _header_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    """Envelope of lines with exactly one vLLM header, plus `_msg_at` (message offset)."""
+    raw = pl.col("raw")
+    at = pl.col("_at")
+    frame = frame.with_columns(raw.str.find(_TS_FIND).cast(pl.Int64).alias("_at"))
+    before = pl.min_horizontal(at, 9)
+    word = raw.str.slice(at - before, before)
+    level: pl.Expr = pl.lit(None, dtype=pl.String)
+    for name in ("DEBUG", "INFO", "ERROR", "WARNING", "CRITICAL"):
+        level = pl.when(word.str.ends_with(f"{name} ")).then(pl.lit(name)).otherwise(level)
+    frame = frame.with_columns(level.alias("level"))
+    pre_end = at - (pl.col("level").str.len_bytes().cast(pl.Int64) + 1).fill_null(0)
+    location = raw.str.slice(at + 15, 160)
+    frame = frame.with_columns(
+        *_prefix_columns(raw.str.slice(0, pre_end)),
+        raw.str.slice(at, 2).alias("_mon"),
+        raw.str.slice(at + 3, 2).alias("_day"),
+        raw.str.slice(at + 6, 8).alias("_hms"),
+        pl.lit(None, dtype=pl.String).alias("_ats"),
+        location.str.extract_groups(_LOCATION).alias("_loc"),
+        (at + 15 + location.str.find("]", literal=True).cast(pl.Int64) + 1).alias("_msg_at"),
+    )
+    return frame.with_columns(
+        pl.col("_loc").struct.field("file").alias("logger_file"),
+        pl.col("_loc").struct.field("lineno").cast(pl.Int64, strict=False).alias("logger_line"),
+    )
+
+
+def _message(start: pl.Expr) -> pl.Expr:
+    return pl.col("raw").str.slice(start).str.strip_prefix(" ").str.strip_chars_end("\r\n")
+
+
 def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
-    groups = sub.select(
-        pl.col("line"), pl.col("raw").str.extract_groups(_REQ_EXTRACT).alias("g")
-    ).unnest("g")
-    event: pl.Expr = pl.lit(None, dtype=pl.String)
-    for row in reversed(cat.REQUEST_ROWS):
-        event = (
-            pl.when(pl.col(f"rid_{row.name}").is_not_null())
-            .then(pl.lit(row.constants["event"]))
-            .otherwise(event)
-        )
-    rid = pl.coalesce([pl.col(f"rid_{row.name}") for row in cat.REQUEST_ROWS])
-    return groups.select(
+    frame = _header_columns(sub)
+    fields = pl.col("raw").str.extract_groups(_REQUEST_FIELDS)
+    event = fields.struct.field("ev").replace_strict(_EVENTS, default=None)
+    return frame.select(
         pl.col("line"),
-        *_envelope_columns(),
+        pl.col("process"),
+        pl.col("pid"),
+        pl.col("level"),
+        pl.col("_mon"),
+        pl.col("_day"),
+        pl.col("_hms"),
+        pl.col("_wts"),
+        pl.col("_ats"),
         pl.lit(True).alias("_bulk"),
         event.alias("event"),
-        rid.str.strip_chars_end(".").alias("request_id"),
+        fields.struct.field("rid").str.strip_chars_end(".").alias("request_id"),
     )
 
 
 def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
-    groups = sub.select(
-        pl.col("line"), pl.col("raw").str.extract_groups(_ACCESS_EXTRACT).alias("g")
-    ).unnest("g")
-    return groups.select(
+    raw = pl.col("raw")
+    fields = raw.str.extract_groups(_ACCESS_FIELDS)
+    start = raw.str.find(_LEVEL_FIND).cast(pl.Int64)
+    return sub.select(
         pl.col("line"),
-        pl.col("proc").str.strip_chars().alias("process"),
-        pl.col("pid").cast(pl.Int64, strict=False),
-        pl.col("level"),
-        *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms")],
-        pl.col("wts").alias("_wts"),
-        pl.lit(None, dtype=pl.String).alias("_ats"),
+        *_prefix_columns(raw.str.slice(0, start)),
+        pl.lit("INFO").alias("level"),
+        *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms", "_ats")],
         pl.lit(True).alias("_bulk"),
-        pl.col("client"),
-        pl.col("method"),
-        pl.col("path"),
-        pl.col("http_version"),
-        pl.col("status").cast(pl.Int64, strict=False),
+        fields.struct.field("client").alias("client"),
+        fields.struct.field("method").alias("method"),
+        fields.struct.field("path").alias("path"),
+        fields.struct.field("http_version").alias("http_version"),
+        fields.struct.field("status").cast(pl.Int64, strict=False).alias("status"),
     )
 
 
 def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
-    pattern = _UVI_OTHER_EXTRACT if uvicorn else _OTHER_EXTRACT
-    groups = sub.select(
-        pl.col("line"), pl.col("raw").str.extract_groups(pattern).alias("g")
-    ).unnest("g")
     if uvicorn:
-        envelope = [
-            pl.col("proc").str.strip_chars().alias("process"),
-            pl.col("pid").cast(pl.Int64, strict=False),
-            pl.col("level"),
-            *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms")],
-            pl.col("wts").alias("_wts"),
-            pl.lit(None, dtype=pl.String).alias("_ats"),
-        ]
-        location = [
+        raw = pl.col("raw")
+        start = raw.str.find(_LEVEL_FIND).cast(pl.Int64)
+        level = raw.str.slice(start, 10).str.extract(r"^([A-Z]+):", 1)
+        frame = sub.with_columns(
+            *_prefix_columns(raw.str.slice(0, start)),
+            level.alias("level"),
+            *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms", "_ats")],
             pl.lit("uvicorn").alias("logger_file"),
             pl.lit(None, dtype=pl.Int64).alias("logger_line"),
-        ]
+            _message(start + level.str.len_bytes().cast(pl.Int64) + 1)
+            .str.strip_chars_start()
+            .alias("message"),
+        )
     else:
-        envelope = _envelope_columns()
-        location = [
-            pl.col("file").alias("logger_file"),
-            pl.col("lineno").cast(pl.Int64, strict=False).alias("logger_line"),
-        ]
-    return groups.select(
+        frame = _header_columns(sub).with_columns(_message(pl.col("_msg_at")).alias("message"))
+    return frame.select(
         pl.col("line"),
-        *envelope,
+        pl.col("process"),
+        pl.col("pid"),
+        pl.col("level"),
+        pl.col("_mon"),
+        pl.col("_day"),
+        pl.col("_hms"),
+        pl.col("_wts"),
+        pl.col("_ats"),
         pl.lit(True).alias("_bulk"),
-        *location,
-        pl.col("msg").alias("message"),
+        pl.col("logger_file"),
+        pl.col("logger_line"),
+        pl.col("message"),
     )
 
 
