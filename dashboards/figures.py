@@ -563,7 +563,7 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
         height=420,
         legend={"orientation": "h", "y": -0.2},
         template="plotly_white",
-        margin={"l": 70, "r": 30, "t": 60 + 16 * len(notes), "b": 50},
+        margin={"l": 70, "r": 30, "t": 60 + 20 * len(notes), "b": 50},
         uirevision=dep.name,
     )
     return fig
@@ -592,14 +592,12 @@ def capacity_figure(
     ctx = cap.max_concurrency_context_tokens
     bars = [
         (
-            f"KV cache fits at {ctx:,} tokens/request (vLLM's max concurrency)"
-            if ctx
-            else "KV cache fits (vLLM's max concurrency)",
+            f"KV fits: {ctx:,}-token requests" if ctx else "KV fits (vLLM's max concurrency)",
             cap.max_concurrency,
             "#2ca02c",
         ),
         (
-            f"KV cache fits at the observed {cap.mean_tokens_per_request:,.0f} tokens/request"
+            f"KV fits: observed {cap.mean_tokens_per_request:,.0f} tokens/request"
             if cap.mean_tokens_per_request
             else "",
             cap.kv_cache_tokens / cap.mean_tokens_per_request
@@ -607,14 +605,14 @@ def capacity_figure(
             else None,
             "#98df8a",
         ),
-        ("max_num_seqs (configured)", cap.max_num_seqs, "#7f7f7f"),
-        ("observed running, peak", running_peak, COLORS["running"]),
+        ("max_num_seqs", cap.max_num_seqs, "#7f7f7f"),
+        ("running, peak", running_peak, COLORS["running"]),
         (
-            "observed running, mean",
+            "running, mean",
             sum(running_means) / len(running_means) if running_means else None,
             "#aec7e8",
         ),
-        ("observed demand peak (running + waiting)", demand_peak, COLORS["waiting"]),
+        ("demand peak (running + waiting)", demand_peak, COLORS["waiting"]),
     ]
     has_whatif = bool(whatif)
     fig = make_subplots(

@@ -241,7 +241,7 @@ def test_analyzer_extras_are_shown() -> None:
     data = traces(F.timeline_figure(dep))
     assert data["queue-bound (KV to spare)"]["y"] == [None, 9]
     bars = F.capacity_figure(dep).to_dict()["data"][0]
-    assert bars["y"][1] == "KV cache fits at the observed 1,148 tokens/request"
+    assert bars["y"][1] == "KV fits: observed 1,148 tokens/request"
     assert bars["x"][1] == 40.0  # 45,920 / 1,148
     title = F.preemption_vs_tail_figure(dep).to_dict()["layout"]["title"]["text"]
     assert "vs p99 itself = 0.66" in title
