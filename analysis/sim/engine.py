@@ -237,6 +237,29 @@ def simulate(
         r_first[:k] = ~np.isnan(first_tok[idx])
         return k
 
+    # Lazy decode: `lag` decode steps applied to the whole batch but not yet to the arrays.
+    max_batched = config.max_num_batched_tokens
+    lazy = False
+    lag = 0
+    lazy_ends: list[float] = []
+    residues: list[int] = []  # batch entries per (computed tokens mod block_size)
+    rem_min = 0  # fewest output tokens any batch entry still needs
+    ctx0 = 0  # summed computed tokens of the batch
+
+    def flush() -> None:
+        nonlocal lazy, lag
+        if lag:
+            r_comp[:nr] += lag
+            r_ntok[:nr] += lag
+            r_gen[:nr] += lag
+            r_blk[:nr] = -(-r_comp[:nr] // bs)
+            if record_tokens:
+                tok_req.append(np.tile(r_id[:nr], lag))
+                tok_time.append(np.repeat(np.asarray(lazy_ends), nr))
+            lag = 0
+            lazy_ends.clear()
+        lazy = False
+
     for _ in range(max_steps):
         while next_arr < n and arrival[next_arr] <= clock:
             waiting.add(next_arr)
@@ -248,6 +271,42 @@ def simulate(
             continue
         if until is not None and clock >= until:
             break
+
+        if lazy:
+            # A decode-only batch with nothing else to do: account this step in O(1) and
+            # apply the token counts later (flush). Same arithmetic as the all-decode path.
+            new_blocks_needed = residues[-lag % bs]
+            if new_blocks_needed <= free and lag + 1 < rem_min:
+                admit = blocked = False
+                left = max_batched - nr
+                if len(waiting) and nr < max_seqs and left > 0:
+                    head = int(ntok[waiting.peek()])
+                    if chunked or head <= left:
+                        if -(-min(head, left) // bs) <= free - new_blocks_needed:
+                            admit = True
+                        else:
+                            blocked = True
+                if not admit:
+                    context = ctx0 + nr * (lag + 1)
+                    end = clock + cost.step_time(nr, context, float(context))
+                    free -= new_blocks_needed
+                    lag += 1
+                    lazy_ends.append(end)
+                    s_start.append(clock)
+                    s_end.append(end)
+                    s_run.append(nr)
+                    s_wait.append(len(waiting))
+                    s_used.append(cap.num_gpu_blocks - free)
+                    s_tok.append(nr)
+                    s_pre_tok.append(0)
+                    s_first_prompt.append(0)
+                    s_gen.append(nr)
+                    s_preempt.append(0)
+                    s_blocked.append(blocked)
+                    s_fin.append(0)
+                    clock = end
+                    continue
+            flush()
 
         budget = config.max_num_batched_tokens
         preempted = 0
@@ -436,8 +495,16 @@ def simulate(
                         tok_req.append(np.tile(r_id[:nr], m))
                         tok_time.append(np.repeat(ends_ff, nr))
                     clock = float(ends_ff[-1])
+        if fast_forward and all_decode and not admitted_q and nr:
+            # The batch is decode-only and every request has its first token: go lazy.
+            lazy = True
+            comp = r_comp[:nr]
+            residues = np.bincount(comp % bs, minlength=bs).tolist()
+            rem_min = int((r_tgt[:nr] - r_gen[:nr]).min())
+            ctx0 = int(np.add.reduce(comp))
     else:
         raise ConfigError(f"simulation exceeded max_steps={max_steps}")
+    flush()
     store(nr)
 
     ends = np.asarray(s_end, dtype=np.float64)
