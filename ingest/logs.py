@@ -96,10 +96,6 @@ _REQ_GROUPS = "|".join(
     row.pattern.replace("(?P<request_id>", f"(?P<rid_{row.name}>") for row in cat.REQUEST_ROWS
 )
 _REQ_VALID = cat.HEADER_CORE + "(?:" + _REQ_GROUPS + ")"
-_REQ_EXTRACT = cat.ENVELOPE + "(?:" + _REQ_GROUPS + ")"
-_ACCESS_EXTRACT = cat.UVICORN + cat.ACCESS_ROW.pattern
-_OTHER_EXTRACT = cat.ENVELOPE + r"(?P<msg>[^\r\n]*)"
-_UVI_OTHER_EXTRACT = cat.UVICORN + r"(?P<msg>[^\r\n]*)"
 _STATS_EXTRACT = cat.ENVELOPE + r"(?P<msg>[^\r\n]*)"
 
 
