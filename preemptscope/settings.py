@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from preemptscope.errors import ConfigError
 
@@ -108,6 +109,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "poll_interval", "duration", 0.2, "How often followed files are checked for new lines."
     ),
+    Setting(
+        "min_episode",
+        "duration",
+        120.0,
+        "How long over-capacity windows must last before the verdict says over capacity.",
+    ),
+    Setting(
+        "resolve_after",
+        "duration",
+        120.0,
+        "How long after the last over-capacity window the live verdict stops saying over"
+        " capacity (the batch report keeps an hour).",
+    ),
+    Setting(
+        "log_timezone",
+        "str",
+        "UTC",
+        "IANA zone of the followed logs' naive timestamps (vLLM prints local time).",
+        metavar="ZONE",
+    ),
     Setting("scrape_interval", "duration", 10.0, "Interval between scrapes of each --scrape URL."),
     Setting("scrape_timeout", "duration", 5.0, "Timeout of one scrape."),
     Setting(
@@ -163,6 +184,9 @@ class ServeSettings:
     history: float
     analysis_interval: float
     poll_interval: float
+    min_episode: float
+    resolve_after: float
+    log_timezone: str
     scrape_interval: float
     scrape_timeout: float
     start_at: str
@@ -385,6 +409,13 @@ def _build(values: dict[str, Any], origins: dict[str, str]) -> ServeSettings:
         )
     if values["history"] < values["window"]:
         raise ConfigError("--history must be at least one --window long")
+    try:
+        ZoneInfo(values["log_timezone"])
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"--log-timezone {values['log_timezone']!r}: unknown time zone (expected an IANA"
+            " name such as UTC or Europe/Berlin)"
+        ) from None
     logs = tuple(parse_log_target(item) for item in values["log"])
     scrapes = tuple(parse_scrape_target(item) for item in values["scrape"])
     _check_unique([t.path for t in logs], "--log")
@@ -401,6 +432,9 @@ def _build(values: dict[str, Any], origins: dict[str, str]) -> ServeSettings:
         history=values["history"],
         analysis_interval=values["analysis_interval"],
         poll_interval=values["poll_interval"],
+        min_episode=values["min_episode"],
+        resolve_after=values["resolve_after"],
+        log_timezone=values["log_timezone"],
         scrape_interval=values["scrape_interval"],
         scrape_timeout=values["scrape_timeout"],
         start_at=values["start_at"],

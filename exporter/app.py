@@ -1,0 +1,405 @@
+"""The HTTP face: /metrics, the JSON API, health, OpenAPI docs and the live dashboard.
+
+Every error, whatever raised it (404, 405, 413, 415, 422, 500, auth), has ONE JSON shape:
+`{"error": {"status": 404, "code": "not_found", "message": "...", "detail": ...}}`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import tempfile
+from base64 import b64decode
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from preemptscope.analysis.analyze import analyze
+from preemptscope.analysis.params import AnalysisParams
+from preemptscope.analysis.report import DeploymentReport, Report
+from preemptscope.exporter.collector import build_registry, latest_window
+from preemptscope.exporter.live import Snapshot
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from preemptscope import __version__
+from preemptscope.errors import PreemptscopeError
+
+LOG = logging.getLogger("preemptscope.exporter.app")
+
+STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    500: "internal_error",
+    503: "not_ready",
+}
+UPLOAD_PATHS = ("/api/report",)
+TEXT_SNIFF_BYTES = 64 * 1024
+
+
+class ApiError(Exception):
+    """Raised by handlers; rendered in the one error shape."""
+
+    def __init__(self, status: int, message: str, detail: Any = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.detail = detail
+        self.code = code or STATUS_CODES.get(status, "error")
+
+
+def error_response(
+    status: int,
+    message: str,
+    detail: Any = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = {
+        "error": {
+            "status": status,
+            "code": code or STATUS_CODES.get(status, "error"),
+            "message": message,
+            "detail": detail,
+        }
+    }
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class BodyLimit:
+    """ASGI middleware: refuse request bodies over `limit` bytes with 413, before parsing.
+
+    Checks Content-Length up front, and counts streamed (chunked) bodies as they arrive.
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ) -> None:
+        if scope["type"] != "http" or scope["path"] not in UPLOAD_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            await self._too_large(scope, receive, send)
+            return
+        seen = 0
+
+        async def counting_receive() -> MutableMapping[str, Any]:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, counting_receive, send)
+        except _TooLarge:
+            await self._too_large(scope, receive, send)
+
+    async def _too_large(self, scope: Any, receive: Any, send: Any) -> None:
+        response = error_response(
+            413,
+            f"request body larger than the limit of {self.limit} bytes"
+            " (raise it with --max-upload)",
+            detail={"limit_bytes": self.limit},
+        )
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def bearer_guard(token: str | None) -> Callable[[Request], None]:
+    """A dependency that checks `Authorization: Bearer <token>` (or Basic with the token as
+    password, so a browser can log in to the dashboard). No token configured: open."""
+
+    def check(request: Request) -> None:
+        if token is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        given = ""
+        if scheme.lower() == "bearer":
+            given = value.strip()
+        elif scheme.lower() == "basic":
+            with contextlib.suppress(ValueError, UnicodeDecodeError):
+                given = b64decode(value.strip(), validate=True).decode().partition(":")[2]
+        if not given or not hmac.compare_digest(given.encode(), token.encode()):
+            raise ApiError(
+                401,
+                "missing or wrong bearer token (send 'Authorization: Bearer <token>')",
+            )
+
+    return check
+
+
+def _deployment_json(report: Report, deployment: DeploymentReport, snap: Snapshot) -> Any:
+    one = Report(
+        deployments=[deployment],
+        sources=[s for s in report.sources if s.deployment == deployment.name],
+        parameters=report.parameters,
+        generated_at=report.generated_at,
+    ).to_dict()
+    body = one["deployments"][0]
+    body["sources"] = one["sources"]
+    body["live"] = _live_json(deployment, snap)
+    body["generated_at"] = one["generated_at"]
+    body["parameters"] = one["parameters"]
+    return body
+
+
+def _live_json(deployment: DeploymentReport, snap: Snapshot) -> dict[str, Any]:
+    totals = snap.totals.get(deployment.name)
+    window = latest_window(deployment)
+    return {
+        "over_capacity": deployment.verdict.state == "over_capacity",
+        "model_name": snap.model_names.get(deployment.name) or deployment.capacity.model,
+        "kv_cache_usage": window.kv_usage_mean if window else None,
+        "requests_waiting": window.waiting_mean if window else None,
+        "latest_window_start": window.start.isoformat() if window else None,
+        "totals": totals.to_dict() if totals else None,
+        "scrapes": [
+            {
+                "target": s.url,
+                "up": s.up,
+                "duration_seconds": s.duration_s,
+                "last_error": s.last_error,
+                "scrapes": s.scrapes,
+                "failures": s.failures,
+            }
+            for s in snap.scrapes.values()
+            if s.deployment == deployment.name
+        ],
+    }
+
+
+def create_app(
+    get_snapshot: Callable[[], Snapshot],
+    *,
+    token: str | None = None,
+    protect_metrics: bool = False,
+    max_upload: int = 64 * 1024 * 1024,
+    is_ready: Callable[[], bool] = lambda: True,
+    window_s: float = 60.0,
+    lifespan: Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]] | None = None,
+) -> FastAPI:
+    """The FastAPI app over a snapshot source (the Service in production, fakes in tests)."""
+    app = FastAPI(
+        title="preemptscope",
+        version=__version__,
+        description="Is this vLLM deployment over capacity? Live verdict, evidence and advice.",
+        lifespan=lifespan,
+    )
+    guard = Depends(bearer_guard(token))
+    registry = build_registry(get_snapshot)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        headers = {"WWW-Authenticate": 'Bearer, Basic realm="preemptscope"'}
+        return error_response(
+            exc.status, exc.message, exc.detail, exc.code, headers if exc.status == 401 else None
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = str(exc.detail) if exc.detail else STATUS_CODES.get(exc.status_code, "error")
+        if exc.status_code == 404 and exc.detail == "Not Found":
+            message = f"no route {request.method} {request.url.path}"
+        if exc.status_code == 405:
+            message = f"method {request.method} not allowed on {request.url.path}"
+        return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"location": list(e.get("loc", ())), "message": e.get("msg", "")} for e in exc.errors()
+        ]
+        first = problems[0] if problems else {"location": [], "message": "invalid"}
+        where = ".".join(str(p) for p in first["location"])
+        return error_response(422, f"invalid request: {where}: {first['message']}", problems)
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:
+        LOG.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error; see the service log")
+
+    def current() -> tuple[Snapshot, Report]:
+        snap = get_snapshot()
+        if snap.report is None:
+            raise ApiError(503, "no analysis yet; the service is starting")
+        return snap, snap.report
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], responses={503: {"description": "not ready"}})
+    def readyz() -> dict[str, str]:
+        """Readiness: state loaded and the first analysis done."""
+        if not is_ready():
+            raise ApiError(503, "not ready: the first analysis has not finished")
+        return {"status": "ready"}
+
+    metrics_deps = [guard] if protect_metrics else []
+
+    @app.get("/metrics", tags=["metrics"], dependencies=metrics_deps)
+    def metrics() -> Response:
+        """preemptscope's own metrics in the Prometheus text format."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/deployments", tags=["api"], dependencies=[guard])
+    def deployments() -> dict[str, Any]:
+        """Every deployment with its verdict and headline figures."""
+        snap, report = current()
+        return {
+            "generated_at": report.generated_at.isoformat() if report.generated_at else None,
+            "deployments": [
+                {
+                    "name": d.name,
+                    "verdict": d.verdict.state,
+                    "problem": d.verdict.problem,
+                    "preemptions_in_history": d.preemptions.total,
+                    "episodes": len(d.episodes),
+                    **_live_json(d, snap),
+                }
+                for d in report.deployments
+            ],
+        }
+
+    @app.get("/api/deployments/{name}", tags=["api"], dependencies=[guard])
+    def deployment(name: str) -> Any:
+        """Windows, verdict, evidence and advice of one deployment (the report JSON)."""
+        snap, report = current()
+        for d in report.deployments:
+            if d.name == name:
+                return _deployment_json(report, d, snap)
+        known = ", ".join(d.name for d in report.deployments) or "none"
+        raise ApiError(404, f"no deployment named {name!r} (known: {known})")
+
+    @app.post(
+        "/api/report",
+        tags=["api"],
+        dependencies=[guard],
+        responses={413: {"description": "too large"}, 415: {"description": "not a log/bench"}},
+    )
+    async def report_upload(request: Request) -> Any:
+        """Upload vLLM log files (`log` fields) and/or bench/client-result JSON (`bench`
+        fields) as multipart/form-data; get the same JSON report as `preemptscope report`."""
+        ctype = request.headers.get("content-type", "")
+        if not ctype.startswith("multipart/form-data"):
+            raise ApiError(
+                415,
+                f"expected multipart/form-data with 'log' and/or 'bench' file fields,"
+                f" got {ctype or 'no content type'}",
+            )
+        form = await request.form()
+        logs = [f for f in form.getlist("log") if isinstance(f, UploadFile)]
+        benches = [f for f in form.getlist("bench") if isinstance(f, UploadFile)]
+        unknown = sorted(set(form.keys()) - {"log", "bench", "window"})
+        if unknown:
+            raise ApiError(422, f"unknown form field(s) {', '.join(unknown)}; use log / bench")
+        if not logs and not benches:
+            raise ApiError(422, "no file uploaded: send at least one 'log' or 'bench' file")
+        window = form.get("window")
+        try:
+            window_value = float(window) if isinstance(window, str) and window else window_s
+        except ValueError:
+            raise ApiError(422, f"window: expected seconds, got {window!r}") from None
+        if not window_value > 0:
+            raise ApiError(422, "window: must be > 0")
+        return await _report_from_uploads(logs, benches, window_value)
+
+    try:
+        from preemptscope.exporter import pages
+    except ImportError as exc:  # the dashboard is optional; the API works without it
+        LOG.warning("live dashboard unavailable: %s", exc)
+    else:
+
+        def report_for_pages() -> Report:
+            return current()[1]
+
+        app.include_router(pages.build_router(report_for_pages, [guard]))
+
+    app.add_middleware(BodyLimit, limit=max_upload)
+    return app
+
+
+async def _report_from_uploads(
+    logs: list[UploadFile], benches: list[UploadFile], window_s: float
+) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    with tempfile.TemporaryDirectory(prefix="preemptscope-upload-") as tmp:
+        log_paths = [await _save(upload, Path(tmp), "log", i) for i, upload in enumerate(logs)]
+        bench_paths = [
+            await _save(upload, Path(tmp), "bench", i) for i, upload in enumerate(benches)
+        ]
+        return await run_in_threadpool(_analyze_files, log_paths, bench_paths, window_s)
+
+
+async def _save(upload: UploadFile, directory: Path, kind: str, index: int) -> str:
+    """Write an upload to a temp file named after a sanitised client file name."""
+    name = Path(upload.filename or f"{kind}{index}").name
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100] or kind
+    path = directory / f"{index}-{safe}"
+    head = await upload.read(TEXT_SNIFF_BYTES)
+    if b"\x00" in head and not head.startswith(b"\x1f\x8b"):
+        raise ApiError(415, f"{name}: binary content, expected a text log or JSON (or .gz)")
+    if (
+        kind == "bench"
+        and not head.lstrip().startswith((b"{", b"["))
+        and not name.endswith((".csv", ".jsonl"))
+    ):
+        raise ApiError(415, f"{name}: expected bench results as JSON, JSONL or CSV")
+    with path.open("wb") as handle:
+        handle.write(head)
+        while chunk := await upload.read(1 << 20):
+            handle.write(chunk)
+    # The deployment is the uploaded file's stem, as for `preemptscope report FILE`.
+    stem = Path(safe).name.split(".")[0] or kind
+    return f"{path}={stem}"
+
+
+def _analyze_files(log_specs: list[str], bench_specs: list[str], window_s: float) -> Any:
+    from preemptscope.commands.report import load_inputs
+
+    try:
+        inputs = load_inputs(log_specs, (), bench_specs)
+        report = analyze(inputs, AnalysisParams(window_s=window_s))
+    except PreemptscopeError as exc:
+        raise ApiError(422, _strip_tmp(str(exc))) from None
+    body = report.to_dict()
+    for source in body.get("sources", []):
+        source["path"] = _strip_tmp(source.get("path", ""))
+    for deployment in body.get("deployments", []):
+        deployment["sources"] = [_strip_tmp(p) for p in deployment.get("sources", [])]
+    return body
+
+
+def _strip_tmp(text: str) -> str:
+    """Show the client's file name, not our temp path."""
+    import re
+
+    return re.sub(r"/\S*preemptscope-upload-[^/\s]+/\d+-", "", text)

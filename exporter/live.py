@@ -1,0 +1,360 @@
+"""The live state: recent frames per deployment, running totals, and the current Report.
+
+Gauges (verdict, KV usage, waiting, latency) come from `analyze()` run over the last
+`history` seconds of data, exactly the batch analyzer. Counters (preemptions, lines read)
+cannot come from a sliding window, so they are running totals kept here and persisted in
+the checkpoint; they only count what the frames say (a V0 warning's cumulative counter, a
+V1 `Preemptions:` field, vLLM's own counter), with restarts of vLLM detected as counter
+resets (the value went down), never as negative increments.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+from preemptscope.analysis.analyze import DeploymentInputs, analyze
+from preemptscope.analysis.params import AnalysisParams
+from preemptscope.analysis.report import Report, SourceSummary
+from preemptscope.ingest.schema import FRAME_SCHEMAS, LogFrames
+
+LOG = logging.getLogger("preemptscope.exporter.live")
+
+# Kinds whose rows describe the deployment rather than a moment: kept however old they are
+# (the startup lines give KV capacity and max_num_seqs for the advice), but bounded.
+STICKY_KINDS = ("config", "kv_capacity")
+STICKY_ROWS = 500
+PREEMPTION_SOURCES = ("metrics_counter", "v1_stats_field", "v0_warning_counter")
+
+
+@dataclass
+class DeploymentTotals:
+    """Monotonic running totals of one deployment, persisted across restarts."""
+
+    lines: int = 0
+    unrecognized_lines: int = 0
+    preemptions: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(PREEMPTION_SOURCES, 0)
+    )
+    rotations: dict[str, int] = field(default_factory=dict)
+    gaps: int = 0
+    last_event: dict[str, float] = field(default_factory=dict)  # "log"/"metrics" -> epoch s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lines": self.lines,
+            "unrecognized_lines": self.unrecognized_lines,
+            "preemptions": dict(self.preemptions),
+            "rotations": dict(self.rotations),
+            "gaps": self.gaps,
+            "last_event": dict(self.last_event),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeploymentTotals:
+        totals = cls(
+            lines=int(data.get("lines", 0)),
+            unrecognized_lines=int(data.get("unrecognized_lines", 0)),
+            rotations={str(k): int(v) for k, v in data.get("rotations", {}).items()},
+            gaps=int(data.get("gaps", 0)),
+            last_event={str(k): float(v) for k, v in data.get("last_event", {}).items()},
+        )
+        for source, value in data.get("preemptions", {}).items():
+            totals.preemptions[str(source)] = int(value)
+        return totals
+
+
+@dataclass
+class ScrapeStatus:
+    url: str
+    deployment: str
+    up: bool = False
+    duration_s: float | None = None
+    last_success: float | None = None  # epoch seconds
+    last_error: str | None = None
+    scrapes: int = 0
+    failures: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What /metrics and the API read: immutable, swapped in whole."""
+
+    report: Report | None
+    totals: dict[str, DeploymentTotals]
+    scrapes: dict[str, ScrapeStatus]
+    analysis_seconds: float | None
+    analysed_at: float | None  # epoch seconds
+    model_names: dict[str, str]
+
+
+def counter_delta(previous: float | None, current: float) -> float:
+    """Increase of a cumulative counter; a drop means the producer restarted from 0."""
+    if previous is None:
+        return 0.0
+    return current - previous if current >= previous else current
+
+
+class LiveState:
+    """Thread-safe holder of recent frames and totals; `analyze_now()` builds the Report."""
+
+    def __init__(
+        self,
+        deployments: Sequence[str],
+        *,
+        window_s: float,
+        history_s: float,
+        params: Mapping[str, Any] | None = None,
+        saved: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._window_s = window_s
+        self._history_s = history_s
+        self._params = dict(params or {})
+        self._order = list(dict.fromkeys(deployments))
+        saved = saved or {}
+        self.totals: dict[str, DeploymentTotals] = {
+            name: DeploymentTotals.from_dict(data)
+            for name, data in saved.get("deployments", {}).items()
+        }
+        for name in self._order:
+            self.totals.setdefault(name, DeploymentTotals())
+        # Last raw counter values, so a restart of preemptscope does not lose or re-add
+        # what vLLM counted meanwhile: "deployment\tsource" -> last V0 cumulative value,
+        # "deployment\turl\tmodel\tengine" -> last num_preemptions value.
+        self._v0_last: dict[str, int] = {k: int(v) for k, v in saved.get("v0_last", {}).items()}
+        self._counter_last: dict[str, float] = {
+            k: float(v) for k, v in saved.get("counter_last", {}).items()
+        }
+        self._logs: dict[tuple[str, str], list[LogFrames]] = {}
+        self._metrics: dict[str, list[pl.DataFrame]] = {}
+        self._scrapes: dict[str, ScrapeStatus] = {}
+        self._model_names: dict[str, str] = {}
+        self._dirty = True
+        self._snapshot = Snapshot(None, self._copy_totals(), {}, None, None, {})
+
+    # -- input ---------------------------------------------------------------------------
+
+    def add_log_batch(self, frames: LogFrames) -> None:
+        name = frames.deployment
+        warnings = frames["preemption_warning"]
+        stats = frames["scheduler_stats"]
+        # Everything computed before anything is changed: a batch counts whole or not at all.
+        cumulative = [int(v) for v in warnings["cumulative"].drop_nulls().to_list()]
+        counted = stats["preemptions"].drop_nulls()
+        v1_count = int(counted.sum()) if counted.len() else 0
+        stamps = [
+            value
+            for value in (warnings["timestamp"].max(), stats["timestamp"].max())
+            if isinstance(value, datetime)
+        ]
+        with self._lock:
+            totals = self.totals.setdefault(name, DeploymentTotals())
+            totals.lines += frames.accounting.lines
+            totals.unrecognized_lines += frames.accounting.unrecognized_lines
+            key = f"{name}\t{frames.source}"
+            for value in cumulative:
+                # The V0 counter is printed at 1, 51, 101, ...: a lower bound. A smaller
+                # value than the last one means vLLM restarted.
+                last = self._v0_last.get(key)
+                step = value - last if last is not None and value >= last else value
+                totals.preemptions["v0_warning_counter"] += step
+                self._v0_last[key] = value
+            totals.preemptions["v1_stats_field"] += v1_count
+            if stamps:
+                latest = max(stamps).timestamp()
+                totals.last_event["log"] = max(totals.last_event.get("log", 0.0), latest)
+            self._logs.setdefault((name, frames.source), []).append(frames)
+            self._dirty = True
+
+    def add_rotation(self, deployment: str, kind: str, gaps: int = 0) -> None:
+        with self._lock:
+            totals = self.totals.setdefault(deployment, DeploymentTotals())
+            totals.rotations[kind] = totals.rotations.get(kind, 0) + 1
+            totals.gaps += gaps
+
+    def add_scrape(
+        self,
+        url: str,
+        deployment: str,
+        samples: pl.DataFrame | None,
+        *,
+        duration_s: float,
+        error: str | None = None,
+        now: float | None = None,
+    ) -> None:
+        at = time.time() if now is None else now
+        with self._lock:
+            status = self._scrapes.setdefault(url, ScrapeStatus(url, deployment))
+            status.scrapes += 1
+            status.duration_s = duration_s
+            if samples is None:
+                status.up, status.last_error = False, error
+                status.failures += 1
+                return
+            status.up, status.last_success, status.last_error = True, at, None
+            totals = self.totals.setdefault(deployment, DeploymentTotals())
+            counters = samples.filter(
+                (pl.col("metric") == "num_preemptions") & (pl.col("sample") == "value")
+            )
+            for row in counters.iter_rows(named=True):
+                key = f"{deployment}\t{url}\t{row['model_name']}\t{row['engine']}"
+                value = float(row["value"])
+                step = counter_delta(self._counter_last.get(key), value)
+                totals.preemptions["metrics_counter"] += round(step)
+                self._counter_last[key] = value
+            models = samples["model_name"].drop_nulls()
+            if models.len():
+                self._model_names[deployment] = str(models[0])
+            totals.last_event["metrics"] = at
+            self._metrics.setdefault(deployment, []).append(samples)
+            self._dirty = True
+
+    # -- analysis ------------------------------------------------------------------------
+
+    def take_dirty(self) -> bool:
+        with self._lock:
+            dirty, self._dirty = self._dirty, False
+            return dirty
+
+    def analyze_now(self, now: datetime | None = None) -> Report:
+        """Prune to the history, run the batch analyzer, publish a new snapshot."""
+        moment = now or datetime.now(UTC)
+        cutoff = moment - timedelta(seconds=self._history_s)
+        started = time.perf_counter()
+        with self._lock:
+            for key, batches in self._logs.items():
+                self._logs[key] = [_prune_logs(batches, cutoff)] if batches else []
+            for name, parts in self._metrics.items():
+                self._metrics[name] = [_prune_metrics(parts, cutoff)] if parts else []
+            logs = {key: list(batches) for key, batches in self._logs.items()}
+            metrics = {name: list(parts) for name, parts in self._metrics.items()}
+            names = list(dict.fromkeys([*self._order, *self.totals]))
+        inputs = []
+        for name in names:
+            frames = [b for (dep, _), batches in logs.items() if dep == name for b in batches]
+            parts = metrics.get(name, [])
+            metric_frame = pl.concat(parts, how="vertical_relaxed") if parts else None
+            inputs.append(
+                DeploymentInputs(
+                    name=name,
+                    logs=frames,
+                    metrics=metric_frame,
+                    sources=[_log_source(f) for f in frames],
+                )
+            )
+        params = AnalysisParams(window_s=self._window_s, now=moment, **self._params)
+        report = analyze(inputs, params)
+        report = _with_time(report, moment)
+        elapsed = time.perf_counter() - started
+        with self._lock:
+            models = dict(self._model_names)
+            for deployment in report.deployments:
+                if deployment.capacity.model and deployment.name not in models:
+                    models[deployment.name] = deployment.capacity.model
+            self._snapshot = Snapshot(
+                report=report,
+                totals=self._copy_totals(),
+                scrapes={k: _copy_status(v) for k, v in self._scrapes.items()},
+                analysis_seconds=elapsed,
+                analysed_at=moment.timestamp(),
+                model_names=models,
+            )
+        return report
+
+    def snapshot(self) -> Snapshot:
+        """The last analysis with current totals (counters move between analyses)."""
+        with self._lock:
+            snap = self._snapshot
+            return Snapshot(
+                report=snap.report,
+                totals=self._copy_totals(),
+                scrapes={k: _copy_status(v) for k, v in self._scrapes.items()},
+                analysis_seconds=snap.analysis_seconds,
+                analysed_at=snap.analysed_at,
+                model_names=dict(snap.model_names),
+            )
+
+    def saved_state(self) -> dict[str, Any]:
+        """The totals part of the checkpoint (see exporter/state.py)."""
+        with self._lock:
+            return {
+                "deployments": {name: t.to_dict() for name, t in self.totals.items()},
+                "v0_last": dict(self._v0_last),
+                "counter_last": dict(self._counter_last),
+            }
+
+    def _copy_totals(self) -> dict[str, DeploymentTotals]:
+        return {name: DeploymentTotals.from_dict(t.to_dict()) for name, t in self.totals.items()}
+
+
+def _copy_status(status: ScrapeStatus) -> ScrapeStatus:
+    return ScrapeStatus(**vars(status))
+
+
+def _with_time(report: Report, moment: datetime) -> Report:
+    from dataclasses import replace
+
+    return replace(report, generated_at=moment)
+
+
+def _log_source(frames: LogFrames) -> SourceSummary:
+    return SourceSummary(
+        path=frames.source,
+        kind="log",
+        deployment=frames.deployment,
+        lines=frames.accounting.lines,
+        unrecognized_lines=frames.accounting.unrecognized_lines,
+        records=frames.record_counts(),
+        vllm_version=frames.vllm_version,
+        log_era=frames.log_era,
+        timezone=frames.timezone,
+    )
+
+
+def _prune_logs(batches: list[LogFrames], cutoff: datetime) -> LogFrames:
+    """Merge the batches of one source and drop rows older than the history."""
+    first = batches[0]
+    merged = LogFrames(
+        source=first.source,
+        deployment=first.deployment,
+        timezone=first.timezone,
+        vllm_version=first.vllm_version,
+        log_era=first.log_era,
+        year_source=first.year_source,
+    )
+    for batch in batches:
+        merged.vllm_version = merged.vllm_version or batch.vllm_version
+        merged.log_era = batch.log_era or merged.log_era
+        for name in ("lines", "parsed_lines", "unrecognized_lines", "blank_lines"):
+            setattr(
+                merged.accounting,
+                name,
+                getattr(merged.accounting, name) + getattr(batch.accounting, name),
+            )
+    for kind in FRAME_SCHEMAS:
+        parts = [b.frames[kind] for b in batches if kind in b.frames and b.frames[kind].height]
+        if not parts:
+            continue
+        frame = pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0]
+        if kind in STICKY_KINDS:
+            frame = frame.tail(STICKY_ROWS)
+        elif "timestamp" in frame.columns:
+            # Rows without a time of their own cannot be placed in a window: dropped here
+            # (they are counted in the line totals all the same).
+            frame = frame.filter(pl.col("timestamp") >= cutoff)
+        else:
+            frame = frame.tail(STICKY_ROWS)
+        merged.frames[kind] = frame
+    return merged
+
+
+def _prune_metrics(parts: list[pl.DataFrame], cutoff: datetime) -> pl.DataFrame:
+    frame = pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0]
+    return frame.filter(pl.col("timestamp") >= cutoff)

@@ -1,0 +1,277 @@
+"""The running service: follow threads, scrape threads, the analysis loop and checkpoints.
+
+Threads, not asyncio: file reads and the analyzer block, and the HTTP handlers only ever
+read the immutable snapshot that the analysis loop swaps in, so /metrics stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from preemptscope.exporter.follower import Chunk, FileFollower, FollowerCheckpoint, RotationKind
+from preemptscope.exporter.live import LiveState, Snapshot
+from preemptscope.exporter.state import StateStore
+from preemptscope.ingest.logs import ParseOptions, ParseState, parse_lines
+from preemptscope.ingest.metrics import scrape_once
+
+from preemptscope.errors import PreemptscopeError
+from preemptscope.settings import LogTarget, ScrapeTarget, ServeSettings
+
+LOG = logging.getLogger("preemptscope.exporter.service")
+
+CHECKPOINT_EVERY_S = 1.0
+# Recompute at least this often without new data: "now" moves on, so an episode can end.
+ANALYSIS_MAX_IDLE_S = 5.0
+PARSE_STATE_IDLE_S = 60.0
+WRAP_WAIT_S = 0.25
+
+
+@dataclass
+class _Followed:
+    target: LogTarget
+    follower: FileFollower
+    states: dict[str, tuple[ParseState, float]]  # incarnation -> (parse state, last use)
+
+
+class Service:
+    """Owns the state directory, the followers, the scrapers and the live analysis."""
+
+    def __init__(self, settings: ServeSettings) -> None:
+        self.settings = settings
+        self.store = StateStore(settings.state_dir)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._followed: list[_Followed] = []
+        self._analysis_params = {
+            "min_episode_s": settings.min_episode,
+            "stale_after_s": settings.resolve_after,
+        }
+        self._started = False
+        self._ready = threading.Event()
+        self._checkpoint_lock = threading.Lock()
+        self.live: LiveState | None = None
+        self.errors: list[str] = []
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        saved = self.store.open()
+        deployments = [t.deployment for t in self.settings.logs] + [
+            t.deployment for t in self.settings.scrapes
+        ]
+        self.live = LiveState(
+            deployments,
+            window_s=self.settings.window,
+            history_s=self.settings.history,
+            params=self._analysis_params,
+            saved=saved.get("totals"),
+        )
+        followers = saved.get("followers", {})
+        for target in self.settings.logs:
+            data = followers.get(target.path)
+            checkpoint = FollowerCheckpoint.from_dict(data) if data else None
+            follower = FileFollower(
+                target.path,
+                checkpoint,
+                start_at="end" if self.settings.start_at == "end" else "beginning",
+                on_rotation=self._rotation_handler(target.deployment),
+            )
+            self._followed.append(_Followed(target, follower, {}))
+        self._spawn("follow", self._follow_loop)
+        for scrape in self.settings.scrapes:
+            self._spawn(f"scrape {scrape.url}", self._scrape_loop, scrape)
+        self._spawn("analysis", self._analysis_loop)
+        self._started = True
+
+    def stop(self) -> None:
+        """Stop the threads, flush held-back records, write the final checkpoint."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if self._started:
+            self._flush_parsers()
+            self.checkpoint()
+            for followed in self._followed:
+                followed.follower.close()
+        self.store.close()
+
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def snapshot(self) -> Snapshot:
+        assert self.live is not None, "service not started"
+        return self.live.snapshot()
+
+    def _spawn(self, name: str, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _rotation_handler(self, deployment: str) -> Any:
+        def handler(kind: RotationKind) -> None:
+            if self.live is not None:
+                self.live.add_rotation(deployment, kind)
+
+        return handler
+
+    # -- following -----------------------------------------------------------------------
+
+    def _follow_loop(self) -> None:
+        last_checkpoint = 0.0
+        changed = False
+        while not self._stop.is_set():
+            started = time.monotonic()
+            for followed in self._followed:
+                try:
+                    changed |= self.follow_once(followed)
+                except Exception:  # one bad file must not stop the others, nor the service
+                    LOG.exception("following %s failed; retrying", followed.target.path)
+            if changed and time.monotonic() - last_checkpoint >= CHECKPOINT_EVERY_S:
+                self.checkpoint()
+                last_checkpoint, changed = time.monotonic(), False
+            elapsed = time.monotonic() - started
+            self._stop.wait(max(0.0, self.settings.poll_interval - elapsed))
+
+    def follow_once(self, followed: _Followed) -> bool:
+        """Read and parse what is new in one followed file; True when anything was read."""
+        assert self.live is not None
+        gaps_before = followed.follower.gaps
+        chunks = followed.follower.poll()
+        if followed.follower.gaps > gaps_before:
+            self.live.add_rotation(
+                followed.target.deployment, "gap", followed.follower.gaps - gaps_before
+            )
+        for chunk in chunks:
+            self._parse_chunk(followed, chunk)
+        self._expire_states(followed)
+        return bool(chunks)
+
+    def _parse_chunk(self, followed: _Followed, chunk: Chunk) -> None:
+        assert self.live is not None
+        now = time.monotonic()
+        if chunk.new_incarnation or chunk.incarnation not in followed.states:
+            followed.states[chunk.incarnation] = (ParseState(), now)
+        state, _ = followed.states[chunk.incarnation]
+        followed.states[chunk.incarnation] = (state, now)
+        frames = parse_lines(
+            chunk.lines,
+            source=followed.target.path,
+            deployment=followed.target.deployment,
+            first_line=chunk.first_line,
+            options=self._parse_options(),
+            state=state,
+            final=False,
+        )
+        self.live.add_log_batch(frames)
+
+    def _expire_states(self, followed: _Followed, *, everything: bool = False) -> None:
+        """A line held back as the possible first half of a wrapped record is parsed on its
+        own once the file has been quiet for WRAP_WAIT_S (wrap halves are written together);
+        parser states of files gone quiet for long are dropped."""
+        assert self.live is not None
+        now = time.monotonic()
+        for key, (state, used) in list(followed.states.items()):
+            idle = now - used
+            if state.pending and (everything or idle >= WRAP_WAIT_S):
+                frames = parse_lines(
+                    [],
+                    source=followed.target.path,
+                    deployment=followed.target.deployment,
+                    options=self._parse_options(),
+                    state=state,
+                    final=True,
+                )
+                self.live.add_log_batch(frames)
+            if everything or idle > PARSE_STATE_IDLE_S:
+                del followed.states[key]
+
+    def _parse_options(self) -> ParseOptions:
+        # The file's naive timestamps are read in the configured zone; "now" anchors the
+        # missing year (a live log is current).
+        return ParseOptions(tz=self.settings.log_timezone, reference_time=datetime.now(UTC))
+
+    def _flush_parsers(self) -> None:
+        for followed in self._followed:
+            try:
+                self._expire_states(followed, everything=True)
+            except PreemptscopeError:
+                LOG.exception("flushing the parser of %s failed", followed.target.path)
+
+    def checkpoint(self) -> None:
+        """Offsets and totals in one atomic write, so they always agree."""
+        if self.live is None:
+            return
+        with self._checkpoint_lock:
+            data = {
+                "followers": {
+                    f.target.path: f.follower.checkpoint().to_dict() for f in self._followed
+                },
+                "totals": self.live.saved_state(),
+            }
+            try:
+                self.store.save(data)
+            except OSError as exc:
+                # Keep serving; the next checkpoint retries. Say it loudly.
+                LOG.error("cannot write checkpoint in %s: %s", self.store.directory, exc)
+
+    # -- scraping ------------------------------------------------------------------------
+
+    def _scrape_loop(self, target: ScrapeTarget) -> None:
+        assert self.live is not None
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.scrape_once(target)
+            elapsed = time.monotonic() - started
+            self._stop.wait(max(0.0, self.settings.scrape_interval - elapsed))
+
+    def scrape_once(self, target: ScrapeTarget) -> None:
+        assert self.live is not None
+        started = time.perf_counter()
+        try:
+            samples = scrape_once(
+                target.url, timeout=self.settings.scrape_timeout, deployment=target.deployment
+            )
+        except PreemptscopeError as exc:
+            self.live.add_scrape(
+                target.url,
+                target.deployment,
+                None,
+                duration_s=time.perf_counter() - started,
+                error=str(exc),
+            )
+            LOG.warning("scrape of %s failed: %s", target.url, exc)
+            return
+        except Exception as exc:  # a scrape never takes the service down
+            self.live.add_scrape(
+                target.url,
+                target.deployment,
+                None,
+                duration_s=time.perf_counter() - started,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            LOG.exception("scrape of %s failed unexpectedly", target.url)
+            return
+        self.live.add_scrape(
+            target.url, target.deployment, samples, duration_s=time.perf_counter() - started
+        )
+
+    # -- analysis ------------------------------------------------------------------------
+
+    def _analysis_loop(self) -> None:
+        assert self.live is not None
+        last = 0.0
+        while not self._stop.is_set():
+            dirty = self.live.take_dirty()
+            if dirty or time.monotonic() - last >= ANALYSIS_MAX_IDLE_S or not self.ready():
+                try:
+                    self.live.analyze_now()
+                    self._ready.set()
+                except Exception:
+                    LOG.exception("live analysis failed; keeping the previous report")
+                last = time.monotonic()
+            self._stop.wait(self.settings.analysis_interval)
