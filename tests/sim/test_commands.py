@@ -130,3 +130,21 @@ def test_calibrated_memory_change_moves_blocks_like_vllm() -> None:
     expected = 1000 + extra_gib * 2**30 / (131072 * 16)
     assert changed.num_gpu_blocks_override == pytest.approx(expected, abs=1)
     assert np.isclose(changed.gpu_memory_utilization, 0.95)
+
+
+def test_serve_detection() -> None:
+    import argparse
+
+    from preemptscope.commands.demo import _serve_takes_logs
+
+    def parser(with_log: bool) -> argparse.ArgumentParser:
+        root = argparse.ArgumentParser()
+        sub = root.add_subparsers(dest="command")
+        serve = sub.add_parser("serve")
+        if with_log:
+            serve.add_argument("--log", action="append")
+        return root
+
+    argv = ["serve", "--log", "a.log=a"]
+    assert _serve_takes_logs(parser(True), argv)
+    assert not _serve_takes_logs(parser(False), argv)
