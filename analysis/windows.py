@@ -105,9 +105,13 @@ def stats_windows(stats: pl.DataFrame, params: AnalysisParams) -> pl.DataFrame:
         )
         .with_columns(
             # KV full, a queue, and fewer running than a moment ago: requests were evicted.
-            inferred=(pl.max_horizontal("gpu_kv_cache_usage", "prev_kv") >= params.kv_saturated)
-            & (pl.col("waiting") > 0)
-            & (pl.col("running") < pl.col("prev_running")),
+            inferred=(
+                (pl.max_horizontal("gpu_kv_cache_usage", "prev_kv") >= params.kv_saturated)
+                & (pl.col("waiting") > 0)
+                & (pl.col("running") < pl.col("prev_running"))
+            )
+            # V0 "Swapped: N" > 0: N requests were preempted by swapping to CPU and wait there.
+            | (pl.col("swapped").fill_null(0) > 0),
         )
     )
     per_engine = s.group_by(["win", "source", "eng"]).agg(

@@ -53,9 +53,9 @@ def test_metrics_counter_total_is_the_sum_of_increases(steps: list[int], reset_a
     values, value = [], 0
     expected = 0
     for i, step in enumerate(steps):
-        if i == reset_at and i > 0:
-            value = step  # restart: counted from zero
-            expected += step
+        if i == reset_at and i > 0 and value > 0:
+            value = min(step, value - 1)  # restart: visible as a drop, counted from zero
+            expected += value
         else:
             value += step
             expected += step if i > 0 else 0

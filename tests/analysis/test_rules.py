@@ -445,3 +445,14 @@ def test_aggregated_engine_lines_are_not_counted_twice() -> None:
     alone = run(logs=[logframes([stat(i * 10, running=30, waiting=3, kv=0.7, engine=None)
                                  for i in range(6)])])  # fmt: skip
     assert alone.windows[0].running_max == 30
+
+
+def test_v0_swapped_requests_are_likely_preemption() -> None:
+    rows = [stat(i * 5, running=30, waiting=5, kv=0.9, era="v0") for i in range(36)]
+    for r in rows[12:]:
+        r["swapped"] = 7
+    report = run(logs=[logframes(rows, era="v0")])
+    likely = [w for w in report.windows if w.likely_preempting]
+    assert len(likely) == 2  # windows 1 and 2 (from t=60 s)
+    assert all(w.preemption_quality == "lower_bound" and w.preemptions == 0 for w in likely)
+    assert report.verdict.state == "over_capacity"
