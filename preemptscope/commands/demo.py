@@ -114,6 +114,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the report JSON only")
     parser.add_argument("--html", metavar="FILE", help="HTML report path (default OUT/report.html)")
     parser.add_argument("--serve", action="store_true", help="then serve the live service on them")
+    parser.add_argument("--port", type=int, help="with --serve: the service's port")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
         "--era",
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     err.print(html_note)
     err.print(f"demo finished in {time.perf_counter() - began:.1f} s")
     if args.serve:
-        return _serve(artefacts, err)
+        return _serve(artefacts, err, port=args.port)
     return 0
 
 
@@ -195,13 +196,15 @@ def _print_truth(console: Console, report: Report, artefacts: Sequence[Artefacts
         )
 
 
-def _serve(artefacts: Sequence[Artefacts], err: Console) -> int:
+def _serve(artefacts: Sequence[Artefacts], err: Console, *, port: int | None = None) -> int:
     """Hand the written logs to `preemptscope serve` (the exporter's entry point)."""
     from preemptscope import cli
 
     argv = ["serve"]
     for a in artefacts:
         argv += ["--log", f"{a.log}={a.name}"]
+    if port is not None:
+        argv += ["--port", str(port)]
     if not _serve_takes_logs(cli.build_parser(), argv):
         err.print(
             "--serve: the live service (`preemptscope serve --log PATH=NAME`) is not available "
