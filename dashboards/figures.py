@@ -492,7 +492,10 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
     corr = dep.correlation
     metric = corr.metric
     fig = go.Figure()
-    points: dict[tuple[bool, str], tuple[list[float], list[float], list[str]]] = {}
+    # Per group: rates, p99/mean, p99 (hover) and window start (hover, small inputs only: at a
+    # week of windows the timestamps alone would be megabytes).
+    Group = tuple[list[float], list[float], list[float | None], list[str]]
+    points: dict[tuple[bool, str], Group] = {}
     uncounted = 0
     for window in dep.windows:
         stats = window.latency.get(metric) if metric else None
@@ -503,20 +506,22 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
             uncounted += 1  # no count is not zero preemptions: leave it out, and say so
             continue
         key = (window.over_capacity, window.preemption_quality)
-        xs, ys, texts = points.setdefault(key, ([], [], []))
+        xs, ys, p99s, starts = points.setdefault(key, ([], [], [], []))
         xs.append(round(rate, 3))
         ys.append(round(stats.p99_over_mean, 3))
-        p99 = "n/a" if stats.p99 is None else f"{stats.p99:.3f} s"
-        texts.append(f"{plot_time(window.start)} UTC<br>p99 {p99}")
+        p99s.append(_round(stats.p99, 4))
+        starts.append(plot_time(window.start))
     total = sum(len(v[0]) for v in points.values())
-    for (over, quality), (xs, ys, texts) in sorted(points.items()):
+    with_time = total <= GL_LIMIT
+    for (over, quality), (xs, ys, p99s, starts) in sorted(points.items()):
         state = "over-capacity window" if over else "window"
         fig.add_trace(
             _scatter(
                 total,
                 x=xs,
                 y=ys,
-                text=texts,
+                customdata=p99s,
+                text=[f"{s} UTC" for s in starts] if with_time else None,
                 mode="markers",
                 name=f"{state} ({quality.replace('_', ' ')} count)",
                 marker={
@@ -526,7 +531,9 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
                     "opacity": 0.6,
                 },
                 hovertemplate=(
-                    "%{x:.2f} preemptions/min<br>p99/mean %{y:.2f}<br>%{text}<extra></extra>"
+                    "%{x:.2f} preemptions/min<br>p99/mean %{y:.2f}<br>p99 %{customdata:.3f} s"
+                    + ("<br>%{text}" if with_time else "")
+                    + "<extra></extra>"
                 ),
             )
         )
