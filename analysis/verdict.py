@@ -75,7 +75,8 @@ def decide(
     samples = sum(w.samples for w in windows)
     data = [w for w in windows if w.samples > 0 or w.latency]
     active = [w for w in data if not w.idle]
-    counted = (preemptions.total or 0) > 0 or (preemptions.since_start or 0) > 0
+    # Preemptions placed in the data (a lifetime counter alone is history, not evidence of now).
+    counted = (preemptions.total or 0) > 0
     evidence: list[Evidence] = []
 
     over = [w for w in windows if w.over_capacity]
@@ -88,6 +89,7 @@ def decide(
                 float(samples),
             )
         )
+        evidence += _preemption_evidence(windows, active, preemptions)
         return Verdict("insufficient_data", evidence, "unknown")
 
     evidence += _preemption_evidence(windows, active, preemptions)

@@ -275,3 +275,50 @@ def test_a_directory_is_one_deployment(tmp_path: Path) -> None:
     assert grouped.name == "prod-logs" and len(grouped.logs) == 2
     (named,) = load_inputs([f"{logs}=prod"])
     assert named.name == "prod"
+
+
+def test_metrics_url_is_scraped_over_loopback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = (
+        b"# TYPE vllm:num_preemptions_total counter\n"
+        b'vllm:num_preemptions_total{engine="0",model_name="m"} 42\n'
+        b"# TYPE vllm:kv_cache_usage_perc gauge\n"
+        b'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.97\n'
+        b"# TYPE vllm:num_requests_running gauge\n"
+        b'vllm:num_requests_running{engine="0",model_name="m"} 12\n'
+    )
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        data = report_json(capsys, "--metrics", f"{url}=live")
+    finally:
+        server.shutdown()
+        server.server_close()
+    (dep,) = data["deployments"]
+    assert dep["name"] == "live"
+    assert data["sources"][0]["path"] == url
+    # one scrape: the lifetime counter is history, not a count for any window
+    assert dep["preemptions"]["since_start"] == 42
+    assert dep["preemptions"]["total"] is None
+    assert dep["windows"][0]["kv_usage_max"] == pytest.approx(0.97)
+    # one scrape cannot tell what happens now; the lifetime counter is reported as such
+    assert dep["verdict"]["state"] == "insufficient_data"
+    codes = [e["code"] for e in dep["verdict"]["evidence"]]
+    assert codes[0] == "samples" and "counter_since_start" in codes
