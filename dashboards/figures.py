@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import html
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -71,6 +71,26 @@ class WhatIfPoint(NamedTuple):
 
 # A plain (max_num_seqs, preemptions, p99) tuple is accepted too.
 WhatIfInput = tuple[int, float | None, float | None]
+
+
+class SweepOutcome(Protocol):
+    """What `preemptscope.analysis.sim.whatif.sweep` returns per value (read by duck typing, so
+    the dashboards do not import the simulator)."""
+
+    @property
+    def settings(self) -> dict[str, Any]: ...
+    @property
+    def preemptions(self) -> int: ...
+    @property
+    def e2e_p99(self) -> float | None: ...
+
+
+def whatif_points(outcomes: Iterable[SweepOutcome]) -> list[WhatIfPoint]:
+    """A simulator sweep over max_num_seqs → the capacity figure's what-if curve."""
+    return [
+        WhatIfPoint(int(o.settings["max_num_seqs"]), float(o.preemptions), o.e2e_p99)
+        for o in outcomes
+    ]
 
 
 def esc(text: object) -> str:

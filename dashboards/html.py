@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
 from importlib import resources
@@ -21,6 +22,7 @@ import plotly.graph_objects as go
 from preemptscope.analysis.report import DeploymentReport, Report, SourceSummary
 from preemptscope.dashboards.figures import (
     STATE_LABELS,
+    WhatIfInput,
     capacity_figure,
     esc,
     preemption_vs_tail_figure,
@@ -118,12 +120,15 @@ def _parameters_table(parameters: dict[str, Any]) -> str:
 
 
 def _deployment_section(
-    index: int, dep: DeploymentReport, figures: dict[str, dict[str, Any]]
+    index: int,
+    dep: DeploymentReport,
+    figures: dict[str, dict[str, Any]],
+    whatif: Sequence[WhatIfInput] | None,
 ) -> str:
     ids = {kind: f"fig-{index}-{kind}" for kind in ("timeline", "tail", "capacity")}
     figures[ids["timeline"]] = figure_payload(timeline_figure(dep))
     figures[ids["tail"]] = figure_payload(preemption_vs_tail_figure(dep))
-    figures[ids["capacity"]] = figure_payload(capacity_figure(dep))
+    figures[ids["capacity"]] = figure_payload(capacity_figure(dep, whatif))
     first, last = (dep.windows[0].start, dep.windows[-1].end) if dep.windows else (None, None)
     span = f"{first:%Y-%m-%d %H:%M} → {last:%Y-%m-%d %H:%M} UTC" if first and last else "no windows"
     return f"""
@@ -158,11 +163,21 @@ _LOADER = """
 """
 
 
-def render_report_html(report: Report) -> str:
-    """The whole report as one HTML document (plotly.js inlined once, no network access)."""
+def render_report_html(
+    report: Report, *, whatif: Mapping[str, Sequence[WhatIfInput]] | None = None
+) -> str:
+    """The whole report as one HTML document (plotly.js inlined once, no network access).
+
+    `whatif`: per deployment name, simulated (max_num_seqs, preemptions, p99) points for the
+    capacity figure (see `figures.whatif_points`).
+    """
     nonce = secrets.token_urlsafe(16)
     figures: dict[str, dict[str, Any]] = {}
-    sections = [_deployment_section(i, d, figures) for i, d in enumerate(report.deployments)]
+    curves = whatif or {}
+    sections = [
+        _deployment_section(i, d, figures, curves.get(d.name))
+        for i, d in enumerate(report.deployments)
+    ]
     toc = "".join(
         f'<li><a href="#deployment-{i}">{esc(d.name)}</a> '
         f'<span class="badge state-{esc(d.verdict.state)}">'
@@ -210,10 +225,15 @@ def render_report_html(report: Report) -> str:
 """
 
 
-def write_report_html(report: Report, path: str | Path) -> None:
+def write_report_html(
+    report: Report,
+    path: str | Path,
+    *,
+    whatif: Mapping[str, Sequence[WhatIfInput]] | None = None,
+) -> None:
     """Write the report atomically (a reader never sees half a file)."""
     target = Path(path)
-    text = render_report_html(report)
+    text = render_report_html(report, whatif=whatif)
     tmp = target.with_name(f".{target.name}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")

@@ -247,3 +247,21 @@ def test_analyzer_extras_are_shown() -> None:
     assert "vs p99 itself = 0.66" in title
     card = F.verdict_card_html(dep)
     assert "12 of them in cache resets" in card and "99,999 since the engine started" in card
+
+
+def test_simulator_sweep_feeds_the_capacity_figure() -> None:
+    from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS
+    from preemptscope.analysis.sim.config import SimConfig
+    from preemptscope.analysis.sim.scenarios import chat_traffic
+    from preemptscope.analysis.sim.whatif import sweep
+
+    base = SimConfig(model=MODEL_PRESETS["llama-3.1-8b"], gpu=GPU_PRESETS["A10G"])
+    outcomes = sweep(
+        chat_traffic(rate=1.5, duration=60, seed=1), "max_num_seqs", [8, 64], base=base
+    )
+    points = F.whatif_points(outcomes)
+    assert [p.max_num_seqs for p in points] == [8, 64]
+    assert [p.preemptions for p in points] == [float(o.preemptions) for o in outcomes]
+    d = F.capacity_figure(make_deployment(count=30), points).to_dict()
+    bars = next(t for t in d["data"] if t["name"] == "predicted preemptions")
+    assert bars["x"] == [8, 64] and bars["y"] == [p.preemptions for p in points]
