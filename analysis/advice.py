@@ -12,6 +12,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+from preemptscope.analysis import kvmodel
 from preemptscope.analysis.correlation import preemption_signal, run_duration_s, runs
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Advice, Capacity, Verdict, Window
@@ -95,6 +96,17 @@ def _gpu_memory(capacity: Capacity, windows: Sequence[Window]) -> Advice | None:
     target = min(MAX_SUGGESTED_UTILIZATION, round(current + UTILIZATION_STEP, 2))
     per_token = _bytes_per_token_gib(capacity)
     total = capacity.gpu_memory_total_gib
+    estimated = ""
+    if not total and capacity.available_kv_memory_gib and capacity.model_weights_gib:
+        # V1 logs no GPU total: rebuild it from vLLM's budget, utilization x total = weights +
+        # KV + activation peak + non-torch, with the shared KV model's activation defaults.
+        total = (
+            capacity.model_weights_gib
+            + capacity.available_kv_memory_gib
+            + kvmodel.DEFAULT_ACTIVATION_GIB
+            + kvmodel.DEFAULT_NON_TORCH_GIB
+        ) / current
+        estimated = " (estimated from the logged weights and KV memory)"
     demand = _demand_tokens(capacity)
     detail = ""
     if total and per_token and capacity.kv_cache_tokens:
@@ -106,7 +118,8 @@ def _gpu_memory(capacity: Capacity, windows: Sequence[Window]) -> Advice | None:
         extra_gib = (target - current) * total
         extra_tokens = int(extra_gib / per_token)
         detail = (
-            f" With {total:.1f} GiB per GPU this gives the KV cache {extra_gib:.1f} GiB more: "
+            f" With {total:.1f} GiB per GPU{estimated} this gives the KV cache "
+            f"{extra_gib:.1f} GiB more: "
             f"about {extra_tokens:,} tokens (+{extra_tokens / capacity.kv_cache_tokens:.0%} over "
             f"{capacity.kv_cache_tokens:,})."
         )

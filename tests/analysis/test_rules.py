@@ -456,3 +456,24 @@ def test_v0_swapped_requests_are_likely_preemption() -> None:
     assert len(likely) == 2  # windows 1 and 2 (from t=60 s)
     assert all(w.preemption_quality == "lower_bound" and w.preemptions == 0 for w in likely)
     assert report.verdict.state == "over_capacity"
+
+
+def test_utilization_advice_sizes_the_kv_from_logged_memory() -> None:
+    # A10G-like: 14.96 GiB weights, 3.24 GiB KV = 26,560 tokens at 0.9 (V1 logs no GPU total)
+    kv = [
+        ("model_weights", 14.96, "GiB", None),
+        ("available_kv_memory", 3.24, "GiB", None),
+        ("kv_cache_tokens", 26_560, "tokens", None),
+    ]
+    rows = [stat(i * 10, running=23, waiting=9, kv=0.99, preemptions=2) for i in range(60)]
+    reqs = [request(t, 30.0, prompt=1000, output=358) for t in range(0, 600, 2)]
+    report = run(
+        logs=[logframes(rows, config={"gpu_memory_utilization": "0.9"}, kv=kv)],
+        latencies=latencies_frame(reqs),
+    )
+    first = report.advice[0]
+    assert first.action == "raise_gpu_memory_utilization" and first.current == "0.90"
+    # peak demand 23 x 1,358 = 31,234 tokens; each 0.01 of 22.0 GiB holds ~1,803 tokens
+    assert first.suggested == "0.93"
+    assert "22.0 GiB per GPU (estimated" in first.reason
+    assert "31,234 tokens" in first.reason
