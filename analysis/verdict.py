@@ -169,7 +169,30 @@ def decide(
         )
     if state != "ok" and not current and not kv_trouble and queued:
         return Verdict(state, evidence, "throughput")
-    return Verdict(state, evidence, _problem(state, windows, correlation, capacity, params))
+    problem = _problem(state, windows, correlation, capacity, params)
+    if problem == "ordering":
+        evidence.append(_ordering_evidence(windows, correlation, params))
+    return Verdict(state, evidence, problem)
+
+
+def _ordering_evidence(
+    windows: Sequence[Window], correlation: Correlation, params: AnalysisParams
+) -> Evidence:
+    preempting = [w for w in windows if (preemption_signal(w) or 0) > 0]
+    full = sum(1 for w in preempting if (w.kv_usage_max or 0) >= params.kv_saturated)
+    ratio = _mean_ratio(correlation)
+    mean = (
+        f"; mean latency {ratio:.2f}x that of quiet windows (the loss lands on few requests)"
+        if ratio is not None
+        else ""
+    )
+    return Evidence(
+        "ordering",
+        f"scheduling_policy=priority and KV >= {_pct(params.kv_saturated)} in only {full} of "
+        f"{len(preempting)} preempting windows{mean}: priority decides who loses more than "
+        "capacity decides how much is lost",
+        float(full) / len(preempting) if preempting else None,
+    )
 
 
 def queue_grows(run: Sequence[Window], params: AnalysisParams) -> bool:

@@ -256,6 +256,8 @@ def test_priority_policy_without_full_cache_is_an_ordering_problem() -> None:
     assert report.verdict.state == "over_capacity"
     assert report.verdict.problem == "ordering"
     assert report.advice[0].action == "review_request_priorities"
+    ordering = [e for e in report.verdict.evidence if e.code == "ordering"]
+    assert ordering and "in only 0 of 10 preempting windows" in ordering[0].message
 
 
 def test_fcfs_same_data_is_a_capacity_problem() -> None:
