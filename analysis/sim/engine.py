@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -114,6 +114,33 @@ class SimResult:
 _EMPTY: IntArray = np.zeros(0, dtype=np.int64)
 
 
+@dataclass
+class _Lazy:
+    """State of lazy decode: the batch advanced `lag` steps beyond the values in its arrays.
+
+    residues[k]: running entries whose base computed tokens are k mod block_size (an entry
+    needs a new block in the step where its context fills the last one); ctx0: their summed
+    base computed tokens; heap: (lag at which an entry finishes, slot); ends: end time of
+    each lazy step (for token times); slots: array entries in use, running or finished;
+    alive: running entries.
+    """
+
+    on: bool = False
+    lag: int = 0
+    slots: int = 0
+    alive: int = 0
+    ctx0: int = 0
+    residues: list[int] = field(default_factory=list)
+    heap: list[tuple[int, int]] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+
+
+def _rebuild_heap(lz: _Lazy, r_tgt: IntArray, r_gen: IntArray) -> None:
+    k = lz.slots
+    lz.heap = list(zip((r_tgt[:k] - r_gen[:k]).tolist(), range(k), strict=True))
+    heapq.heapify(lz.heap)
+
+
 class _Waiting:
     """vLLM's waiting queue: FIFO with front insertion (fcfs), or a (priority, arrival) heap."""
 
@@ -135,6 +162,13 @@ class _Waiting:
 
     def prepend(self, req: int) -> None:
         # A preempted request: FRONT of the FIFO; the heap re-sorts it by priority.
+        if self.use_heap:
+            self.add(req)
+        else:
+            self.fifo.appendleft(req)
+
+    def unpop(self, req: int) -> None:
+        """Undo pop(): back where it was (the head of the FIFO, or into the heap)."""
         if self.use_heap:
             self.add(req)
         else:
@@ -208,7 +242,8 @@ def simulate(
     # The running batch, in running order, as aligned arrays (slices [:nr] are the batch):
     # request index, computed tokens, tokens to compute (prompt + generated), generated,
     # output length, KV blocks held, and whether the first token was produced.
-    size = max_seqs + 1
+    # Lazy decode leaves finished entries in place until the next flush, hence the headroom.
+    size = max(4 * (max_seqs + 1), 256)
     r_id = np.zeros(size, dtype=np.int64)
     r_comp = np.zeros(size, dtype=np.int64)
     r_ntok = np.zeros(size, dtype=np.int64)
@@ -216,6 +251,8 @@ def simulate(
     r_tgt = np.zeros(size, dtype=np.int64)
     r_blk = np.zeros(size, dtype=np.int64)
     r_first = np.zeros(size, dtype=np.bool_)
+    r_alive = np.zeros(size, dtype=np.bool_)  # lazy mode: entry still running
+    r_join = np.zeros(size, dtype=np.int64)  # lazy mode: lazy step of the entry's first token
     nr = 0
 
     def store(k: int) -> None:
@@ -237,28 +274,58 @@ def simulate(
         r_first[:k] = ~np.isnan(first_tok[idx])
         return k
 
-    # Lazy decode: `lag` decode steps applied to the whole batch but not yet to the arrays.
+    # Lazy decode (see _Lazy): while on, slots [:lz.slots] hold base values; true = base + lag.
     max_batched = config.max_num_batched_tokens
-    lazy = False
-    lag = 0
-    lazy_ends: list[float] = []
-    residues: list[int] = []  # batch entries per (computed tokens mod block_size)
-    rem_min = 0  # fewest output tokens any batch entry still needs
-    ctx0 = 0  # summed computed tokens of the batch
+    lz = _Lazy()
 
-    def flush() -> None:
-        nonlocal lazy, lag
-        if lag:
-            r_comp[:nr] += lag
-            r_ntok[:nr] += lag
-            r_gen[:nr] += lag
-            r_blk[:nr] = -(-r_comp[:nr] // bs)
-            if record_tokens:
-                tok_req.append(np.tile(r_id[:nr], lag))
-                tok_time.append(np.repeat(np.asarray(lazy_ends), nr))
-            lag = 0
-            lazy_ends.clear()
-        lazy = False
+    def go_lazy(k: int) -> None:
+        comp = r_comp[:k]
+        lz.on, lz.lag, lz.slots, lz.alive = True, 0, k, k
+        lz.ends = []
+        lz.residues = np.bincount(comp % bs, minlength=bs).tolist()
+        lz.ctx0 = int(np.add.reduce(comp))
+        r_alive[:k] = True
+        r_join[:k] = 1
+        lz.heap = list(zip((r_tgt[:k] - r_gen[:k]).tolist(), range(k), strict=True))
+        heapq.heapify(lz.heap)
+
+    def record_lazy_tokens(slots: IntArray) -> None:
+        """Tokens of these slots from their first lazy step through the current one."""
+        joins = r_join[slots]
+        for j in np.unique(joins).tolist():
+            ids = r_id[slots[joins == j]]
+            count = lz.lag - j + 1
+            if count > 0:
+                tok_req.append(np.tile(ids, count))
+                tok_time.append(np.repeat(np.asarray(lz.ends[j - 1 : lz.lag]), len(ids)))
+
+    def compact(apply_lag: bool) -> int:
+        """Move the running entries to the front; with apply_lag, turn base into true values."""
+        alive = np.flatnonzero(r_alive[: lz.slots])
+        k = len(alive)
+        shift = lz.lag if apply_lag else 0
+        if apply_lag and record_tokens and lz.lag:
+            record_lazy_tokens(alive)
+        r_id[:k] = r_id[alive]
+        r_comp[:k] = r_comp[alive] + shift
+        r_ntok[:k] = r_ntok[alive] + shift
+        r_gen[:k] = r_gen[alive] + shift
+        r_tgt[:k] = r_tgt[alive]
+        r_first[:k] = r_first[alive]
+        r_join[:k] = r_join[alive]
+        r_alive[:k] = True
+        r_alive[k : lz.slots] = False
+        return k
+
+    def flush() -> int:
+        """Leave lazy mode: true values in the arrays, blocks recomputed. Returns the batch size."""
+        if not lz.on:
+            return nr
+        k = compact(apply_lag=True)
+        r_blk[:k] = -(-r_comp[:k] // bs)
+        lz.on = False
+        lz.heap = []
+        return k
 
     for _ in range(max_steps):
         while next_arr < n and arrival[next_arr] <= clock:
@@ -272,41 +339,117 @@ def simulate(
         if until is not None and clock >= until:
             break
 
-        if lazy:
-            # A decode-only batch with nothing else to do: account this step in O(1) and
-            # apply the token counts later (flush). Same arithmetic as the all-decode path.
-            new_blocks_needed = residues[-lag % bs]
-            if new_blocks_needed <= free and lag + 1 < rem_min:
-                admit = blocked = False
-                left = max_batched - nr
-                if len(waiting) and nr < max_seqs and left > 0:
-                    head = int(ntok[waiting.peek()])
-                    if chunked or head <= left:
-                        if -(-min(head, left) // bs) <= free - new_blocks_needed:
-                            admit = True
-                        else:
-                            blocked = True
-                if not admit:
-                    context = ctx0 + nr * (lag + 1)
-                    end = clock + cost.step_time(nr, context, float(context))
-                    free -= new_blocks_needed
-                    lag += 1
-                    lazy_ends.append(end)
+        if lz.on:
+            # Decoders all take one token; new requests whose whole prompt fits join as
+            # decoders; finished ones leave. O(1) per step plus O(1) per request event, with
+            # the same arithmetic as the plain loop. Anything else (a partial prefill, a block
+            # shortage) flushes to the plain loop for this step.
+            lag0 = lz.lag
+            dec = lz.alive
+            need_blocks = lz.residues[-lag0 % bs]
+            free_left = free - need_blocks
+            if free_left >= 0:
+                budget_left = max_batched - dec
+                picks: list[tuple[int, int]] = []
+                blocked = abort = False
+                while len(waiting) and budget_left > 0 and dec + len(picks) < max_seqs:
+                    r = waiting.peek()
+                    tokens = int(ntok[r])
+                    if tokens > budget_left:
+                        abort = chunked  # a partial prefill: the plain loop handles it
+                        break
+                    nb = -(-tokens // bs)
+                    if nb > free_left:
+                        blocked = True
+                        break
+                    waiting.pop()
+                    picks.append((r, tokens))
+                    free_left -= nb
+                    budget_left -= tokens
+                if abort:
+                    for r, _ in reversed(picks):
+                        waiting.unpop(r)
+                else:
+                    prompt_tokens = sum(t for _, t in picks)
+                    ones = sum(1 for _, t in picks if t == 1)
+                    n_tokens = dec + prompt_tokens
+                    dec_context = lz.ctx0 + dec * lag0 + dec
+                    context = dec_context + prompt_tokens
+                    decode_tokens = dec + ones
+                    if decode_tokens == n_tokens:
+                        pairs = float(context)
+                    else:
+                        pairs = float(dec_context + sum(t * (t + 1) // 2 for _, t in picks))
+                    end = clock + cost.step_time(n_tokens, context, pairs)
+                    free = free_left
+                    lag = lag0 + 1
+                    lz.lag = lag
+                    lz.ends.append(end)
+                    first_prompt = 0
+                    for r, tokens in picks:
+                        if lz.slots == size:
+                            lz.slots = compact(apply_lag=False)
+                            _rebuild_heap(lz, r_tgt, r_gen)
+                        slot = lz.slots
+                        lz.slots += 1
+                        gen0 = int(generated[r])
+                        base = tokens - lag
+                        r_id[slot] = r
+                        r_comp[slot] = base
+                        r_ntok[slot] = tokens + 1 - lag
+                        r_gen[slot] = gen0 + 1 - lag
+                        r_tgt[slot] = target[r]
+                        r_first[slot] = True
+                        r_alive[slot] = True
+                        r_join[slot] = lag
+                        lz.residues[base % bs] += 1
+                        lz.ctx0 += base
+                        lz.alive += 1
+                        heapq.heappush(lz.heap, (int(target[r]) - gen0 - 1 + lag, slot))
+                        if np.isnan(first_sched[r]):
+                            first_sched[r] = clock
+                        elif npre[r]:
+                            resumes.append((r, clock))
+                        if np.isnan(first_tok[r]):
+                            first_tok[r] = end
+                            first_prompt += int(prompt[r])
+                    n_done = 0
+                    while lz.heap and lz.heap[0][0] <= lag:
+                        _, slot = heapq.heappop(lz.heap)
+                        r = int(r_id[slot])
+                        base = int(r_comp[slot])
+                        finish[r] = end
+                        computed[r] = base + lag
+                        ntok[r] = int(r_ntok[slot]) + lag
+                        generated[r] = int(r_gen[slot]) + lag
+                        blocks[r] = 0
+                        free += -(-(base + lag) // bs)
+                        lz.residues[base % bs] -= 1
+                        lz.ctx0 -= base
+                        lz.alive -= 1
+                        r_alive[slot] = False
+                        n_done += 1
+                        if record_tokens:
+                            join = int(r_join[slot])
+                            tok_req.append(np.full(lag - join + 1, r, dtype=np.int64))
+                            tok_time.append(np.asarray(lz.ends[join - 1 : lag]))
                     s_start.append(clock)
                     s_end.append(end)
-                    s_run.append(nr)
+                    s_run.append(lz.alive)
                     s_wait.append(len(waiting))
                     s_used.append(cap.num_gpu_blocks - free)
-                    s_tok.append(nr)
-                    s_pre_tok.append(0)
-                    s_first_prompt.append(0)
-                    s_gen.append(nr)
+                    s_tok.append(n_tokens)
+                    s_pre_tok.append(n_tokens - decode_tokens)
+                    s_first_prompt.append(first_prompt)
+                    s_gen.append(dec + len(picks))
                     s_preempt.append(0)
                     s_blocked.append(blocked)
-                    s_fin.append(0)
+                    s_fin.append(n_done)
                     clock = end
+                    if not lz.alive:
+                        nr = flush()
                     continue
-            flush()
+            nr = flush()
 
         budget = config.max_num_batched_tokens
         preempted = 0
@@ -497,14 +640,10 @@ def simulate(
                     clock = float(ends_ff[-1])
         if fast_forward and all_decode and not admitted_q and nr:
             # The batch is decode-only and every request has its first token: go lazy.
-            lazy = True
-            comp = r_comp[:nr]
-            residues = np.bincount(comp % bs, minlength=bs).tolist()
-            rem_min = int((r_tgt[:nr] - r_gen[:nr]).min())
-            ctx0 = int(np.add.reduce(comp))
+            go_lazy(nr)
     else:
         raise ConfigError(f"simulation exceeded max_steps={max_steps}")
-    flush()
+    nr = flush()
     store(nr)
 
     ends = np.asarray(s_end, dtype=np.float64)
