@@ -201,6 +201,70 @@ def windows_table(windows: Sequence[Window]) -> Table:
     return table
 
 
+BARS = " ▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 60
+
+
+def sparkline(values: Sequence[float | None], top: float | None = None) -> str:
+    """One character per value (max over groups when longer than SPARK_WIDTH); blank = none."""
+    if len(values) > SPARK_WIDTH:
+        size = -(-len(values) // SPARK_WIDTH)
+        groups = [values[i : i + size] for i in range(0, len(values), size)]
+        values = [max((v for v in g if v is not None), default=None) for g in groups]
+    known = [v for v in values if v is not None]
+    ceiling = top if top is not None else max(known, default=0.0)
+    out = []
+    for v in values:
+        if v is None:
+            out.append("·")
+        elif ceiling <= 0 or v <= 0:
+            out.append(BARS[1] if v is not None and v <= 0 else " ")
+        else:
+            out.append(BARS[min(8, max(1, round(8 * v / ceiling)))])
+    return "".join(out)
+
+
+def timeline(windows: Sequence[Window]) -> Text | None:
+    """KV, waiting, preemptions and p99/mean over the whole period, one line each."""
+    if len(windows) < 2:
+        return None
+    rows = [
+        ("KV usage", [w.kv_usage_max for w in windows], 1.0),
+        (
+            "waiting",
+            [None if w.waiting_max is None else float(w.waiting_max) for w in windows],
+            None,
+        ),
+        (
+            "preemptions",
+            [
+                None
+                if w.preemptions is None and not w.likely_preempting
+                else float(w.preemptions or (1 if w.likely_preempting else 0))
+                for w in windows
+            ],
+            None,
+        ),
+        ("p99", [_tail_value(w, "p99") for w in windows], None),
+        ("p99/mean", [_tail_value(w) for w in windows], None),
+    ]
+    text = Text(f"Timeline {_time(windows[0].start)} → {_time(windows[-1].end)} (· no data)\n")
+    shown = [row for row in rows if any(v is not None for v in row[1])]
+    for i, (label, values, top) in enumerate(shown):
+        end = "\n" if i < len(shown) - 1 else ""
+        text.append(f"  {label:<12}{sparkline(values, top)}{end}")
+    return text
+
+
+def _tail_value(window: Window, field: str = "p99_over_mean") -> float | None:
+    for name in ("e2e", "itl", "tpot", "ttft"):
+        stats = window.latency.get(name)
+        value = getattr(stats, field) if stats is not None else None
+        if value is not None:
+            return float(value)
+    return None
+
+
 def _correlation_line(c: Correlation) -> Text | None:
     if c.metric is None:
         return None
@@ -212,7 +276,7 @@ def _correlation_line(c: Correlation) -> Text | None:
             f"without ({c.windows_without_preemption})"
         )
     if c.p99_with is not None or c.p99_without is not None:
-        parts.append(f"p99 {_num(c.p99_with, '{:.2f}')} s vs {_num(c.p99_without, '{:.2f}')} s")
+        parts.append(f"p99 {_num(c.p99_with, '{:.2f} s')} vs {_num(c.p99_without, '{:.2f} s')}")
     if c.spearman_rho is not None:
         parts.append(f"Spearman rho {c.spearman_rho:+.2f} (p99/mean)")
     if c.spearman_rho_p99 is not None:
@@ -225,7 +289,7 @@ def _correlation_line(c: Correlation) -> Text | None:
 def deployment_panel(d: DeploymentReport) -> Panel:
     state = d.verdict.state
     title = Text.assemble(
-        (escape(d.name), "bold"),
+        (d.name, "bold"),  # Text is literal: no markup to escape
         "  ",
         (state.replace("_", " ").upper(), STATE_STYLE[state]),
         f"  ({d.verdict.problem} problem)"
@@ -239,6 +303,9 @@ def deployment_panel(d: DeploymentReport) -> Panel:
     correlation = _correlation_line(d.correlation)
     if correlation is not None:
         parts.append(correlation)
+    line = timeline(d.windows)
+    if line is not None:
+        parts.append(line)
     if d.windows:
         table = windows_table(d.windows)
         parts.append(table if table.row_count else Text(str(table.title)))
