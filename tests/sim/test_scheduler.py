@@ -169,7 +169,7 @@ def test_long_lazy_stretch_matches_plain_loop() -> None:
     # retires hundreds of entries without a flush, so its arrays compact in place.
     n = 900
     workload = Workload(
-        arrival=np.arange(n) * 0.05,
+        arrival=np.arange(n, dtype=np.float64) * np.float64(0.05),
         prompt_len=np.full(n, 40, dtype=np.int64),
         output_len=(np.arange(n) % 7 + 20).astype(np.int64),
         priority=np.zeros(n, dtype=np.int64),
