@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request, UploadFile
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from preemptscope.analysis.analyze import analyze
@@ -23,7 +23,9 @@ from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import DeploymentReport, Report
 from preemptscope.exporter.collector import build_registry, latest_window
 from preemptscope.exporter.live import Snapshot
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from preemptscope import __version__
@@ -267,7 +269,8 @@ def create_app(
     @app.get("/metrics", tags=["metrics"], dependencies=metrics_deps)
     def metrics() -> Response:
         """preemptscope's own metrics in the Prometheus text format."""
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        # The classic 0.0.4 text format: every Prometheus 2.x and 3.x reads it.
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
     @app.get("/api/deployments", tags=["api"], dependencies=[guard])
     def deployments() -> dict[str, Any]:

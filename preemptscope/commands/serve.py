@@ -6,10 +6,15 @@ import argparse
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from preemptscope import settings as settings_mod
 from preemptscope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from preemptscope.exporter.service import Service
 
 
 def register(subparsers: Any) -> None:
@@ -27,20 +32,11 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    import uvicorn
-    from fastapi import FastAPI
-
+def build(config: settings_mod.ServeSettings) -> tuple[Service, FastAPI]:
+    """The service and its app, wired as `preemptscope serve` runs them (tests use this)."""
     from preemptscope.exporter.app import create_app
     from preemptscope.exporter.service import Service
 
-    config = settings_mod.resolve(args)
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not config.logs and not config.scrapes:
-        raise ConfigError("nothing to watch: give at least one --log PATH or --scrape URL")
     service = Service(config)
 
     @contextlib.asynccontextmanager
@@ -60,6 +56,20 @@ def run(args: argparse.Namespace) -> int:
         window_s=config.window,
         lifespan=lifespan,
     )
+    return service, app
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    config = settings_mod.resolve(args)
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not config.logs and not config.scrapes:
+        raise ConfigError("nothing to watch: give at least one --log PATH or --scrape URL")
+    _, app = build(config)
     if config.host not in ("127.0.0.1", "::1", "localhost") and config.token is None:
         logging.getLogger("preemptscope.serve").warning(
             "binding %s without --token: the API and dashboard are open to the network",
