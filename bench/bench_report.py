@@ -13,12 +13,14 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from playwright.sync_api import sync_playwright
-from preemptscope.dashboards.html import plotly_js, render_report_html
+from preemptscope.dashboards.figures import figures_json
+from preemptscope.dashboards.html import plotly_js, render_report_html, script_json
 
 from tests.dashboards.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.dashboards.synthetic import make_report
@@ -32,6 +34,14 @@ def main() -> int:
     args = parser.parse_args()
     windows = int(args.days * 86400 / args.seconds)
     report = make_report(windows, seconds=args.seconds)
+
+    dep = report.deployments[0]
+    live: list[str] = []
+    for label, span in (("1h", timedelta(hours=1)), ("24h", timedelta(days=1)), ("all", None)):
+        since = dep.windows[-1].end - span if span else None
+        started = time.perf_counter()
+        body = script_json(figures_json(dep, since=since))
+        live.append(f"{label} {time.perf_counter() - started:.2f} s / {len(body) / 1e6:.1f} MB")
 
     started = time.perf_counter()
     text = render_report_html(report)
@@ -67,6 +77,7 @@ def main() -> int:
     print(f"windows per series      {windows:,} ({args.days:g} days of {args.seconds}-s windows)")
     print(f"build HTML (python)     {build_s:.2f} s")
     print(f"file size               {size_mb:.1f} MB")
+    print(f"live figures API build  {', '.join(live)} (uncached; cached: a dict lookup)")
     print(
         f"rendered in chromium    median {statistics.median(timings):.2f} s, "
         f"min {min(timings):.2f} s, max {max(timings):.2f} s over {len(timings)} loads"
