@@ -39,8 +39,22 @@ HEADER = (
     r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) )?(?P<mon>[01]\d)-(?P<day>[0-3]\d) "
     r"(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d) \[?(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?"
 )
-# Only the timestamp-and-location core, for counting records glued on one physical line.
-HEADER_CORE = r"[01]\d-[0-3]\d [0-2]\d:[0-5]\d:[0-6]\d \[?[^\]\s:]+:\d+\] "
+# vLLM's year-less local time, `MM-DD HH:MM:SS ` (every text-format version).
+TIMESTAMP = r"[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-6][0-9] "
+# The timestamp-and-location core, for counting records glued on one physical line.
+HEADER_CORE = TIMESTAMP + r"\[?[^\]\s:]+:\d+\] "
+# The location after the timestamp, `[file:line]` or `file:line]`.
+LOCATION = r"^\[?(?P<file>[^\] :]+):(?P<lineno>[0-9]+)\]"
+# Within the text in front of a level: the last process prefix (the innermost of nested Ray
+# prefixes), a `[rankN]:` prefix, a container timestamp at the start.
+LAST_PROCESS = (
+    r"\((?P<proc>[A-Za-z_][^()]*?(?:\([^()]*\)[^()]*?)?),? pid=(?P<pid>[0-9]+)"
+    r"(?:, ip=[^)]*)?\)[^()]*$"
+)
+RANK_PREFIX = r"\[(rank[0-9]+)\]:"
+LEADING_WRAPPER_TS = r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2}))\s"
+# Uvicorn's level prefix (`INFO:     `).
+UVICORN_LEVEL = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
 # The whole envelope in front of a vLLM-formatted message: optional container timestamp,
 # anything (compose prefix, VLLM_LOGGING_PREFIX, tqdm output), optional process prefix, header.
 ENVELOPE = (
@@ -517,12 +531,15 @@ REQUEST_ROWS: tuple[LineFormat, ...] = (
     ),
 )
 
+# The part of an access line after the client: the request line and the status.
+ACCESS_REQUEST = (
+    r' - "(?P<method>[A-Z]+) (?P<path>[^ ]+) HTTP/(?P<http_version>[0-9.]+)" (?P<status>[0-9]{3})'
+)
 ACCESS_ROW = LineFormat(
     "uvicorn_access",
     "access",
     " HTTP/",
-    r"(?P<client>\S+)(?: \d+)? - \"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/(?P<http_version>[\d.]+)\""
-    r" (?P<status>\d{3})",
+    r"(?P<client>[^ ]+)(?: [0-9]+)?" + ACCESS_REQUEST,
     "all (uvicorn default access format; `(APIServer pid=N)` prefix v0.10.1 – v0.30.0)",
     '(APIServer pid=1) INFO:     172.18.0.1:59468 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
 )

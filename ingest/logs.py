@@ -183,45 +183,48 @@ def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
 
 # Bulk lines (requests, access, other) are taken apart with positions and small regexes on
 # short slices: one envelope regex with captures over every line costs several times more.
-_TS_FIND = r"[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-6][0-9] "
-_LEVEL_FIND = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
-_LOCATION = r"^\[?(?P<file>[^\] :]+):(?P<lineno>[0-9]+)\]"
-# The last process prefix before the level (the innermost of nested Ray prefixes).
-_PRE_PROCESS = (
-    r"\((?P<proc>[A-Za-z_][^()]*?(?:\([^()]*\)[^()]*?)?),? pid=(?P<pid>[0-9]+)"
-    r"(?:, ip=[^)]*)?\)[^()]*$"
-)
-_PRE_RANK = r"\[(rank[0-9]+)\]:"
-_PRE_WRAPPER = r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2}))\s"
-_ACCESS_FIELDS = (
-    r'INFO: +(?P<client>[^ ]+)(?: [0-9]+)? - "(?P<method>[A-Z]+) (?P<path>[^ ]+) '
-    r'HTTP/(?P<http_version>[0-9.]+)" (?P<status>[0-9]{3})'
-)
-_REQUEST_FIELDS = (
-    r"\] (?P<ev>Received request|Added request|Finished request|Aborted request(?:\(s\))?"
-    r"|Generated response|Request) (?P<rid>[^ :,\r\n]+)"
-)
-_EVENTS = {
-    "Received request": "received",
-    "Added request": "added",
-    "Finished request": "finished",
-    "Aborted request": "aborted",
-    "Aborted request(s)": "aborted",
-    "Generated response": "generated",
-    "Request": "failed",
-}
+_TS_FIND = cat.TIMESTAMP
+_LEVEL_FIND = cat.UVICORN_LEVEL
+_ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
 
 
-def _prefix_columns(pre: pl.Expr) -> list[pl.Expr]:
-    """process, pid, _wts from the text in front of the level (short strings)."""
-    proc = pre.str.extract_groups(_PRE_PROCESS)
+def _by_distinct(
+    frame: pl.DataFrame, key: pl.Expr, build: Callable[[pl.Expr], list[pl.Expr]]
+) -> pl.DataFrame:
+    """Add `build(key)` columns computed on the distinct keys only, joined back.
+
+    Prefixes, logger locations and request lines repeat across millions of log lines, so the
+    regexes run once per distinct value instead of once per line.
+    """
+    frame = frame.with_columns(key.alias("_key"))
+    distinct = frame.select(pl.col("_key").unique()).with_columns(build(pl.col("_key")))
+    return frame.join(
+        distinct, on="_key", how="left", nulls_equal=True, maintain_order="left"
+    ).drop("_key")
+
+
+def _process_columns(prefix: pl.Expr) -> list[pl.Expr]:
+    proc = prefix.str.extract_groups(cat.LAST_PROCESS)
     return [
         pl.coalesce(
-            proc.struct.field("proc").str.strip_chars(), pre.str.extract(_PRE_RANK, 1)
+            proc.struct.field("proc").str.strip_chars(), prefix.str.extract(cat.RANK_PREFIX, 1)
         ).alias("process"),
         proc.struct.field("pid").cast(pl.Int64, strict=False).alias("pid"),
-        pre.str.extract(_PRE_WRAPPER, 1).alias("_wts"),
     ]
+
+
+def _with_prefix(frame: pl.DataFrame, pre: pl.Expr) -> pl.DataFrame:
+    """process, pid, _wts from the text in front of the level."""
+    frame = frame.with_columns(pre.alias("_pre")).with_columns(
+        pl.col("_pre").str.extract(cat.LEADING_WRAPPER_TS, 1).alias("_wts")
+    )
+    # The container timestamp differs on every line; what follows it repeats.
+    rest = (
+        pl.when(pl.col("_wts").is_null())
+        .then(pl.col("_pre"))
+        .otherwise(pl.col("_pre").str.slice(pl.col("_wts").str.len_bytes() + 1))
+    )
+    return _by_distinct(frame, rest, _process_columns).drop("_pre")
 
 
 def _header_columns(frame: pl.DataFrame) -> pl.DataFrame:
@@ -237,29 +240,50 @@ def _header_columns(frame: pl.DataFrame) -> pl.DataFrame:
     frame = frame.with_columns(level.alias("level"))
     pre_end = at - (pl.col("level").str.len_bytes().cast(pl.Int64) + 1).fill_null(0)
     location = raw.str.slice(at + 15, 160)
-    frame = frame.with_columns(
-        *_prefix_columns(raw.str.slice(0, pre_end)),
+    close = location.str.find("]", literal=True).cast(pl.Int64)
+    frame = _with_prefix(frame, raw.str.slice(0, pre_end)).with_columns(
         raw.str.slice(at, 2).alias("_mon"),
         raw.str.slice(at + 3, 2).alias("_day"),
         raw.str.slice(at + 6, 8).alias("_hms"),
         pl.lit(None, dtype=pl.String).alias("_ats"),
-        location.str.extract_groups(_LOCATION).alias("_loc"),
-        (at + 15 + location.str.find("]", literal=True).cast(pl.Int64) + 1).alias("_msg_at"),
+        (at + 15 + close + 1).alias("_msg_at"),
     )
-    return frame.with_columns(
-        pl.col("_loc").struct.field("file").alias("logger_file"),
-        pl.col("_loc").struct.field("lineno").cast(pl.Int64, strict=False).alias("logger_line"),
-    )
+
+    def location_columns(loc: pl.Expr) -> list[pl.Expr]:
+        parts = loc.str.extract_groups(cat.LOCATION)
+        return [
+            parts.struct.field("file").alias("logger_file"),
+            parts.struct.field("lineno").cast(pl.Int64, strict=False).alias("logger_line"),
+        ]
+
+    return _by_distinct(frame, raw.str.slice(at + 15, close + 1), location_columns)
 
 
 def _message(start: pl.Expr) -> pl.Expr:
     return pl.col("raw").str.slice(start).str.strip_prefix(" ").str.strip_chars_end("\r\n")
 
 
+def _word(text: pl.Expr, delimiters: str = r"[ :,\r\n]") -> pl.Expr:
+    """Text up to the first delimiter (a null length, when there is none, means to the end)."""
+    end = text.str.find(delimiters, literal=len(delimiters) == 1)
+    return text.str.slice(0, end)
+
+
 def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
-    frame = _header_columns(sub)
-    fields = pl.col("raw").str.extract_groups(_REQUEST_FIELDS)
-    event = fields.struct.field("ev").replace_strict(_EVENTS, default=None)
+    # The message starts with the row's lead words and the id: positions, no capture regex.
+    frame = _header_columns(sub).with_columns(
+        pl.col("raw").str.slice(pl.col("_msg_at"), 200).str.strip_prefix(" ").alias("_head")
+    )
+    message = pl.col("_head")
+    event: pl.Expr = pl.lit(None, dtype=pl.String)
+    lead_len: pl.Expr = pl.lit(None, dtype=pl.Int64)
+    for row in reversed(cat.REQUEST_ROWS):
+        lead = row.literal.strip()
+        for words in (f"{lead} ", f"{lead}(s) "):  # `Aborted request(s) a,b.` (v0.10.1+)
+            hit = message.str.starts_with(words)
+            event = pl.when(hit).then(pl.lit(row.constants["event"])).otherwise(event)
+            lead_len = pl.when(hit).then(pl.lit(len(words))).otherwise(lead_len)
+    rid = _word(message.str.slice(lead_len)).str.strip_chars_end(".")
     return frame.select(
         pl.col("line"),
         pl.col("process"),
@@ -272,25 +296,44 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
         pl.col("_ats"),
         pl.lit(True).alias("_bulk"),
         event.alias("event"),
-        fields.struct.field("rid").str.strip_chars_end(".").alias("request_id"),
+        pl.when(event.is_not_null()).then(rid).alias("request_id"),
     )
 
 
 def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
     raw = pl.col("raw")
-    fields = raw.str.extract_groups(_ACCESS_FIELDS)
-    start = raw.str.find(_LEVEL_FIND).cast(pl.Int64)
-    return sub.select(
+    frame = sub.with_columns(
+        raw.str.find("INFO:", literal=True).cast(pl.Int64).alias("_info"),
+        raw.str.find(' - "', literal=True).cast(pl.Int64).alias("_dash"),
+    )
+    frame = _with_prefix(frame, raw.str.slice(0, pl.col("_info")))
+    client = raw.str.slice(pl.col("_info") + 5, pl.col("_dash") - pl.col("_info") - 5)
+
+    def request_columns(tail: pl.Expr) -> list[pl.Expr]:
+        parts = tail.str.extract_groups(_ACCESS_TAIL)
+        return [
+            parts.struct.field("method").alias("method"),
+            parts.struct.field("path").alias("path"),
+            parts.struct.field("http_version").alias("http_version"),
+            parts.struct.field("status").cast(pl.Int64, strict=False).alias("status"),
+        ]
+
+    frame = _by_distinct(frame, raw.str.slice(pl.col("_dash")), request_columns)
+    return frame.select(
         pl.col("line"),
-        *_prefix_columns(raw.str.slice(0, start)),
+        pl.col("process"),
+        pl.col("pid"),
         pl.lit("INFO").alias("level"),
-        *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms", "_ats")],
+        *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms")],
+        pl.col("_wts"),
+        pl.lit(None, dtype=pl.String).alias("_ats"),
         pl.lit(True).alias("_bulk"),
-        fields.struct.field("client").alias("client"),
-        fields.struct.field("method").alias("method"),
-        fields.struct.field("path").alias("path"),
-        fields.struct.field("http_version").alias("http_version"),
-        fields.struct.field("status").cast(pl.Int64, strict=False).alias("status"),
+        # KServe prints `client pid - "…"`: the client is the first word.
+        _word(client.str.strip_chars_start(" "), " ").alias("client"),
+        pl.col("method"),
+        pl.col("path"),
+        pl.col("http_version"),
+        pl.col("status"),
     )
 
 
@@ -299,8 +342,7 @@ def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
         raw = pl.col("raw")
         start = raw.str.find(_LEVEL_FIND).cast(pl.Int64)
         level = raw.str.slice(start, 10).str.extract(r"^([A-Z]+):", 1)
-        frame = sub.with_columns(
-            *_prefix_columns(raw.str.slice(0, start)),
+        frame = _with_prefix(sub, raw.str.slice(0, start)).with_columns(
             level.alias("level"),
             *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms", "_ats")],
             pl.lit("uvicorn").alias("logger_file"),
