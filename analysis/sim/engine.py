@@ -12,44 +12,38 @@ One loop iteration is one engine step (`Scheduler.schedule()` + the model forwar
    `max_num_seqs` and free blocks allow (chunked prefill: a partial prompt is fine).
 4. The step takes roofline time; requests that computed all their tokens sample one.
 
-Per-step work is vectorised over the running batch (numpy), and only the preemption path walks
-the batch in Python, so an hour at 20 req/s runs in seconds. Pure: no I/O, no clock.
+The step mechanics live in steps.py. Two shortcuts skip work while only token counts change
+(fast-forward of quiet decode stretches, and a lazy decode batch accounted in O(1) per step and
+per request event); both reproduce the plain loop exactly (`fast_forward=False`), which the
+property tests check. An hour at 20 req/s takes about a CPU-second. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 from preemptscope.analysis.kvmodel import KVCapacity
 from preemptscope.analysis.sim.config import SimConfig, StepCostModel
+from preemptscope.analysis.sim.steps import (
+    EMPTY,
+    LazyState,
+    StepLog,
+    StepSeries,
+    WaitingQueue,
+    fast_forward_decode,
+    mixed_step,
+    rebuild_heap,
+    resume_times,
+    schedule_running,
+)
 from preemptscope.analysis.sim.workload import FloatArray, IntArray, Workload
 
 from preemptscope.errors import ConfigError
 
-
-@dataclass(frozen=True)
-class StepSeries:
-    """One entry per engine step. Counts are after the step, as vLLM's scheduler stats."""
-
-    start: FloatArray
-    end: FloatArray
-    running: IntArray
-    waiting: IntArray
-    used_blocks: IntArray
-    scheduled_tokens: IntArray
-    prefill_tokens: IntArray  # prompt (re)computation, recompute after preemption included
-    first_token_prompt_tokens: IntArray  # prompts of requests that got their first token
-    generation_tokens: IntArray
-    preemptions: IntArray
-    kv_blocked: npt.NDArray[np.bool_]  # a waiting request was refused for lack of KV blocks
-    finished: IntArray
-
-    def __len__(self) -> int:
-        return len(self.end)
+__all__ = ["SimResult", "StepSeries", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -111,76 +105,6 @@ class SimResult:
         return float(self.steps.generation_tokens.sum()) / span if span > 0 else 0.0
 
 
-_EMPTY: IntArray = np.zeros(0, dtype=np.int64)
-
-
-@dataclass
-class _Lazy:
-    """State of lazy decode: the batch advanced `lag` steps beyond the values in its arrays.
-
-    residues[k]: running entries whose base computed tokens are k mod block_size (an entry
-    needs a new block in the step where its context fills the last one); ctx0: their summed
-    base computed tokens; heap: (lag at which an entry finishes, slot); ends: end time of
-    each lazy step (for token times); slots: array entries in use, running or finished;
-    alive: running entries.
-    """
-
-    on: bool = False
-    lag: int = 0
-    slots: int = 0
-    alive: int = 0
-    ctx0: int = 0
-    residues: list[int] = field(default_factory=list)
-    heap: list[tuple[int, int]] = field(default_factory=list)
-    ends: list[float] = field(default_factory=list)
-
-
-def _rebuild_heap(lz: _Lazy, r_tgt: IntArray, r_gen: IntArray) -> None:
-    k = lz.slots
-    lz.heap = list(zip((r_tgt[:k] - r_gen[:k]).tolist(), range(k), strict=True))
-    heapq.heapify(lz.heap)
-
-
-class _Waiting:
-    """vLLM's waiting queue: FIFO with front insertion (fcfs), or a (priority, arrival) heap."""
-
-    def __init__(self, policy: str, priority: IntArray, arrival: FloatArray) -> None:
-        self.fifo: deque[int] = deque()
-        self.heap: list[tuple[int, float, int]] = []
-        self.use_heap = policy == "priority"
-        self.priority = priority
-        self.arrival = arrival
-
-    def __len__(self) -> int:
-        return len(self.heap) if self.use_heap else len(self.fifo)
-
-    def add(self, req: int) -> None:
-        if self.use_heap:
-            heapq.heappush(self.heap, (int(self.priority[req]), float(self.arrival[req]), req))
-        else:
-            self.fifo.append(req)
-
-    def prepend(self, req: int) -> None:
-        # A preempted request: FRONT of the FIFO; the heap re-sorts it by priority.
-        if self.use_heap:
-            self.add(req)
-        else:
-            self.fifo.appendleft(req)
-
-    def unpop(self, req: int) -> None:
-        """Undo pop(): back where it was (the head of the FIFO, or into the heap)."""
-        if self.use_heap:
-            self.add(req)
-        else:
-            self.fifo.appendleft(req)
-
-    def peek(self) -> int:
-        return self.heap[0][2] if self.use_heap else self.fifo[0]
-
-    def pop(self) -> int:
-        return heapq.heappop(self.heap)[2] if self.use_heap else self.fifo.popleft()
-
-
 def simulate(
     workload: Workload,
     config: SimConfig,
@@ -219,20 +143,9 @@ def simulate(
     tok_req: list[IntArray] = []
     tok_time: list[FloatArray] = []
 
-    s_start: list[float] = []
-    s_end: list[float] = []
-    s_run: list[int] = []
-    s_wait: list[int] = []
-    s_used: list[int] = []
-    s_tok: list[int] = []
-    s_pre_tok: list[int] = []
-    s_first_prompt: list[int] = []
-    s_gen: list[int] = []
-    s_preempt: list[int] = []
-    s_blocked: list[bool] = []
-    s_fin: list[int] = []
+    log = StepLog()
 
-    waiting = _Waiting(config.scheduling_policy, prio, arrival)
+    waiting = WaitingQueue(config.scheduling_policy, prio, arrival)
     clock = 0.0
     next_arr = 0
     policy_priority = config.scheduling_policy == "priority"
@@ -274,9 +187,9 @@ def simulate(
         r_first[:k] = ~np.isnan(first_tok[idx])
         return k
 
-    # Lazy decode (see _Lazy): while on, slots [:lz.slots] hold base values; true = base + lag.
+    # Lazy decode (see LazyState): while on, slots [:lz.slots] hold base values; true = base + lag.
     max_batched = config.max_num_batched_tokens
-    lz = _Lazy()
+    lz = LazyState()
 
     def go_lazy(k: int) -> None:
         comp = r_comp[:k]
@@ -389,7 +302,7 @@ def simulate(
                     for r, tokens in picks:
                         if lz.slots == size:
                             lz.slots = compact(apply_lag=False)
-                            _rebuild_heap(lz, r_tgt, r_gen)
+                            rebuild_heap(lz, r_tgt, r_gen)
                         slot = lz.slots
                         lz.slots += 1
                         gen0 = int(generated[r])
@@ -433,18 +346,9 @@ def simulate(
                             join = int(r_join[slot])
                             tok_req.append(np.full(lag - join + 1, r, dtype=np.int64))
                             tok_time.append(np.asarray(lz.ends[join - 1 : lag]))
-                    s_start.append(clock)
-                    s_end.append(end)
-                    s_run.append(lz.alive)
-                    s_wait.append(len(waiting))
-                    s_used.append(cap.num_gpu_blocks - free)
-                    s_tok.append(n_tokens)
-                    s_pre_tok.append(n_tokens - decode_tokens)
-                    s_first_prompt.append(first_prompt)
-                    s_gen.append(dec + len(picks))
-                    s_preempt.append(0)
-                    s_blocked.append(blocked)
-                    s_fin.append(n_done)
+                    log.add(clock, end, lz.alive, len(waiting), cap.num_gpu_blocks - free,
+                            n_tokens, n_tokens - decode_tokens, first_prompt, dec + len(picks),
+                            0, blocked, n_done)  # fmt: skip
                     clock = end
                     if not lz.alive:
                         nr = flush()
@@ -455,8 +359,8 @@ def simulate(
         preempted = 0
         kv_blocked = False
         budget_limited = False
-        q: IntArray = _EMPTY
-        need: IntArray = _EMPTY
+        q: IntArray = EMPTY
+        need: IntArray = EMPTY
         all_decode = False
         if nr:
             comp = r_comp[:nr]
@@ -489,7 +393,7 @@ def simulate(
             else:
                 store(nr)
                 running = r_id[:nr].tolist()
-                sched, budget, free, preempted = _schedule_running_with_preemption(
+                sched, budget, free, preempted = schedule_running(
                     running, waiting, ntok, computed, blocks, prio, arrival,
                     npre, pre_t, pre_r, clock, budget, free, bs, policy_priority,
                 )  # fmt: skip
@@ -555,17 +459,15 @@ def simulate(
             done = gen_view >= r_tgt[:nr]
             n_done = int(np.count_nonzero(done))
         else:
-            n_tokens, decode_tokens, n_prod, first_prompt, n_done, end, done = _general_step(
+            n_tokens, decode_tokens, n_prod, first_prompt, n_done, end, done = mixed_step(
                 nr, q, need, budget_limited, preempted, r_id, r_comp, r_ntok, r_gen, r_tgt,
                 r_first, first_tok, prompt, cost, clock, record_tokens, tok_req, tok_time,
             )  # fmt: skip
             if n_tokens == 0:
                 if preempted:
                     # Everything was preempted this step; the next step re-admits from waiting.
-                    _record_idle_step(s_start, s_end, s_run, s_wait, s_used, s_tok, s_pre_tok,
-                                      s_first_prompt, s_gen, s_preempt, s_blocked, s_fin,
-                                      clock, nr, len(waiting), cap.num_gpu_blocks - free,
-                                      preempted)  # fmt: skip
+                    log.add(clock, clock, nr, len(waiting), cap.num_gpu_blocks - free,
+                            0, 0, 0, 0, preempted, False, 0)  # fmt: skip
                     continue
                 raise ConfigError(  # an invariant of the model, not a user error
                     f"simulator stalled at t={clock:.3f}s with {len(waiting)} waiting requests"
@@ -584,18 +486,9 @@ def simulate(
                 arr[:k] = arr[:nr][keep]
             nr = k
 
-        s_start.append(clock)
-        s_end.append(end)
-        s_run.append(nr)
-        s_wait.append(len(waiting))
-        s_used.append(cap.num_gpu_blocks - free)
-        s_tok.append(n_tokens)
-        s_pre_tok.append(n_tokens - decode_tokens)
-        s_first_prompt.append(first_prompt)
-        s_gen.append(n_prod)
-        s_preempt.append(preempted)
-        s_blocked.append(kv_blocked)
-        s_fin.append(n_done)
+        log.add(clock, end, nr, len(waiting), cap.num_gpu_blocks - free, n_tokens,
+                n_tokens - decode_tokens, first_prompt, n_prod, preempted, kv_blocked,
+                n_done)  # fmt: skip
         clock = end
 
         if (
@@ -612,28 +505,17 @@ def simulate(
                 limit = min(limit, float(arrival[next_arr]))
             # Decode steps only get longer, so fewer than 3 fit before the limit when the gap
             # is under 3 of the last step: not worth the attempt.
-            if limit - clock > 3.0 * (end - s_start[-1]):
-                ff = _fast_forward(
+            if limit - clock > 3.0 * (end - log.start[-1]):
+                ff = fast_forward_decode(
                     nr, r_comp, r_gen, r_ntok, r_blk, r_tgt, cost, bs, free, clock, limit
                 )
                 if ff is not None:
                     ends_ff, used_new = ff
                     m = len(ends_ff)
                     free -= int(used_new[-1])
-                    s_start.append(clock)
-                    s_start.extend(ends_ff[:-1].tolist())
-                    s_end.extend(ends_ff.tolist())
-                    s_run.extend([nr] * m)
-                    s_wait.extend([len(waiting)] * m)
                     used_before = cap.num_gpu_blocks - free - int(used_new[-1])
-                    s_used.extend((used_before + used_new).tolist())
-                    s_tok.extend([nr] * m)
-                    s_pre_tok.extend([0] * m)
-                    s_first_prompt.extend([0] * m)
-                    s_gen.extend([nr] * m)
-                    s_preempt.extend([0] * m)
-                    s_blocked.extend([kv_blocked] * m)
-                    s_fin.extend([0] * m)
+                    log.add_decode_run(clock, ends_ff, nr, len(waiting), used_before + used_new,
+                                       kv_blocked)  # fmt: skip
                     if record_tokens:
                         tok_req.append(np.tile(r_id[:nr], m))
                         tok_time.append(np.repeat(ends_ff, nr))
@@ -646,7 +528,6 @@ def simulate(
     nr = flush()
     store(nr)
 
-    ends = np.asarray(s_end, dtype=np.float64)
     if record_tokens and tok_req:
         token_request = np.concatenate(tok_req).astype(np.int64)
         token_time = np.concatenate(tok_time)
@@ -654,262 +535,22 @@ def simulate(
         token_request = np.zeros(0, dtype=np.int64)
         token_time = np.zeros(0, dtype=np.float64)
 
-    steps = StepSeries(
-        start=np.asarray(s_start, dtype=np.float64),
-        end=ends,
-        running=np.asarray(s_run, dtype=np.int64),
-        waiting=np.asarray(s_wait, dtype=np.int64),
-        used_blocks=np.asarray(s_used, dtype=np.int64),
-        scheduled_tokens=np.asarray(s_tok, dtype=np.int64),
-        prefill_tokens=np.asarray(s_pre_tok, dtype=np.int64),
-        first_token_prompt_tokens=np.asarray(s_first_prompt, dtype=np.int64),
-        generation_tokens=np.asarray(s_gen, dtype=np.int64),
-        preemptions=np.asarray(s_preempt, dtype=np.int64),
-        kv_blocked=np.asarray(s_blocked, dtype=np.bool_),
-        finished=np.asarray(s_fin, dtype=np.int64),
-    )
     return SimResult(
         config=config,
         capacity=cap,
         workload=workload,
         prompt_len=prompt,
         output_len=target,
-        steps=steps,
+        steps=log.series(),
         first_scheduled=first_sched,
         first_token=first_tok,
         finish=finish,
         num_preemptions=npre,
         preempt_time=np.asarray(pre_t, dtype=np.float64),
         preempt_request=np.asarray(pre_r, dtype=np.int64),
-        resume_time=_resume_times(pre_r, resumes, n),
+        resume_time=resume_times(pre_r, resumes, n),
         token_request=token_request,
         token_time=token_time,
         end_time=clock,
         clamped_requests=clamped,
     )
-
-
-def _general_step(
-    nr: int,
-    q: IntArray,
-    need: IntArray,
-    budget_limited: bool,
-    preempted: int,
-    r_id: IntArray,
-    r_comp: IntArray,
-    r_ntok: IntArray,
-    r_gen: IntArray,
-    r_tgt: IntArray,
-    r_first: npt.NDArray[np.bool_],
-    first_tok: FloatArray,
-    prompt: IntArray,
-    cost: StepCostModel,
-    clock: float,
-    record_tokens: bool,
-    tok_req: list[IntArray],
-    tok_time: list[FloatArray],
-) -> tuple[int, int, int, int, int, float, npt.NDArray[np.bool_]]:
-    """Run one step with prefill chunks and decodes mixed; update the batch arrays.
-
-    Returns (scheduled tokens, decode tokens, tokens produced, prompt tokens of requests that
-    got their first token, finished requests, step end, mask of finished requests). Nothing is
-    done when no token was scheduled (scheduled tokens 0).
-    """
-    n_tokens = int(np.add.reduce(q)) if nr else 0
-    no_done = np.zeros(nr, dtype=np.bool_)
-    if not n_tokens:
-        return 0, 0, 0, 0, 0, clock, no_done
-    comp = r_comp[:nr]
-    after = comp + q
-    context = int(np.add.reduce(after))
-    if budget_limited:
-        decode_tokens = int(np.count_nonzero((need == 1) & (q == 1)))
-    else:
-        decode_tokens = int(np.count_nonzero(need == 1))
-    if decode_tokens == n_tokens:
-        pairs = float(context)
-    else:
-        pairs = float(np.add.reduce(q * comp + q * (q + 1) // 2))
-    end = clock + cost.step_time(n_tokens, context, pairs)
-
-    ntok_view = r_ntok[:nr]
-    produce = after == ntok_view
-    r_comp[:nr] = after
-    ntok_view += produce
-    gen_view = r_gen[:nr]
-    gen_view += produce
-    n_prod = int(np.count_nonzero(produce))
-    first_prompt = 0
-    if not n_prod:
-        return n_tokens, decode_tokens, 0, 0, 0, end, no_done
-    fresh = produce & ~r_first[:nr]
-    if fresh.any():
-        ids = r_id[:nr][fresh]
-        first_tok[ids] = end
-        first_prompt = int(np.add.reduce(prompt[ids]))
-        r_first[:nr] |= fresh
-    if record_tokens:
-        tok_req.append(r_id[:nr][produce])
-        tok_time.append(np.full(n_prod, end))
-    done = produce & (gen_view >= r_tgt[:nr])
-    return n_tokens, decode_tokens, n_prod, first_prompt, int(np.count_nonzero(done)), end, done
-
-
-def _resume_times(pre_r: list[int], resumes: list[tuple[int, float]], n: int) -> FloatArray:
-    """Match each preemption to the victim's next re-admission, in order per request."""
-    out = np.full(len(pre_r), np.nan)
-    pending: dict[int, list[int]] = {}
-    for k, r in enumerate(pre_r):
-        pending.setdefault(r, []).append(k)
-    cursor = dict.fromkeys(pending, 0)
-    for r, t in resumes:
-        ks = pending.get(r)
-        if ks is not None and cursor[r] < len(ks):
-            out[ks[cursor[r]]] = t
-            cursor[r] += 1
-    return out
-
-
-def _fast_forward(
-    nr: int,
-    r_comp: IntArray,
-    r_gen: IntArray,
-    r_ntok: IntArray,
-    r_blk: IntArray,
-    r_tgt: IntArray,
-    cost: StepCostModel,
-    bs: int,
-    free: int,
-    clock: float,
-    limit: float,
-) -> tuple[FloatArray, IntArray] | None:
-    """Advance a pure-decode batch by as many steps as provably change nothing else.
-
-    Stops before: the first completion, the first step starting at or after `limit` (next
-    arrival or end), and the first step whose new blocks would not fit. Mutates the batch
-    arrays; returns (step end times, cumulative new blocks after each step) or None.
-    """
-    c = r_comp[:nr].copy()  # a copy: r_comp is updated below
-    steps = int((r_tgt[:nr] - r_gen[:nr]).min()) - 1
-    if steps < 1 or clock >= limit:
-        return None
-    if np.isfinite(limit):
-        # Step times only grow (contexts lengthen), so the limit caps the count cheaply.
-        first = float(cost.decode_step_times(nr, float(c.sum()), 1)[0])
-        steps = min(steps, int((limit - clock) / first) + 1)
-    times = cost.decode_step_times(nr, float(c.sum()), steps)
-    ends = clock + np.cumsum(times)
-    starts = ends - times
-    steps = int(np.searchsorted(starts, limit, side="left"))
-    if steps < 1:
-        return None
-    # New blocks after j steps: sum_i ceil((c_i + j) / bs) - blocks_i, via residue counts.
-    base = int(np.add.reduce(-(-c // bs) - r_blk[:nr]))
-    residue_counts = np.bincount((c - 1) % bs, minlength=bs)
-    j = np.arange(1, steps + 1, dtype=np.int64)
-    rho = np.arange(bs, dtype=np.int64)
-    crossings = ((rho[None, :] + j[:, None]) // bs) @ residue_counts
-    used_new = crossings - ((rho // bs) @ residue_counts) + base
-    fits = int(np.searchsorted(used_new, free, side="right"))
-    steps = min(steps, fits)
-    if steps < 1:
-        return None
-    r_comp[:nr] = c + steps
-    r_gen[:nr] += steps
-    r_ntok[:nr] += steps
-    r_blk[:nr] = -(-(c + steps) // bs)
-    return ends[:steps], used_new[:steps]
-
-
-def _schedule_running_with_preemption(
-    running: list[int],
-    waiting: _Waiting,
-    ntok: IntArray,
-    computed: IntArray,
-    blocks: IntArray,
-    prio: IntArray,
-    arrival: FloatArray,
-    npre: IntArray,
-    pre_t: list[float],
-    pre_r: list[int],
-    clock: float,
-    budget: int,
-    free: int,
-    bs: int,
-    policy_priority: bool,
-) -> tuple[dict[int, int], int, int, int]:
-    """The running loop of vLLM's `Scheduler.schedule()` when blocks run short (V1 semantics)."""
-    sched: dict[int, int] = {}
-    preempted = 0
-    index = 0
-    while index < len(running) and budget > 0:
-        req = running[index]
-        tokens = min(int(ntok[req] - computed[req]), budget)
-        if tokens == 0:
-            index += 1
-            continue
-        scheduled = True
-        while True:
-            nb = -(-(int(computed[req]) + tokens) // bs) - int(blocks[req])
-            if nb <= free:
-                free -= nb
-                blocks[req] += nb
-                break
-            if policy_priority:
-                victim = max(running, key=lambda r: (int(prio[r]), float(arrival[r])))
-                running.remove(victim)
-                if victim in sched:
-                    budget += sched.pop(victim)
-                    index -= 1
-            else:
-                victim = running.pop()
-            free += int(blocks[victim])
-            blocks[victim] = 0
-            computed[victim] = 0
-            npre[victim] += 1
-            pre_t.append(clock)
-            pre_r.append(victim)
-            waiting.prepend(victim)
-            preempted += 1
-            if victim == req:
-                scheduled = False
-                break
-        if not scheduled:
-            break
-        sched[req] = tokens
-        budget -= tokens
-        index += 1
-    return sched, budget, free, preempted
-
-
-def _record_idle_step(
-    s_start: list[float],
-    s_end: list[float],
-    s_run: list[int],
-    s_wait: list[int],
-    s_used: list[int],
-    s_tok: list[int],
-    s_pre_tok: list[int],
-    s_first_prompt: list[int],
-    s_gen: list[int],
-    s_preempt: list[int],
-    s_blocked: list[bool],
-    s_fin: list[int],
-    clock: float,
-    running: int,
-    waiting: int,
-    used: int,
-    preempted: int,
-) -> None:
-    s_start.append(clock)
-    s_end.append(clock)
-    s_run.append(running)
-    s_wait.append(waiting)
-    s_used.append(used)
-    s_tok.append(0)
-    s_pre_tok.append(0)
-    s_first_prompt.append(0)
-    s_gen.append(0)
-    s_preempt.append(preempted)
-    s_blocked.append(False)
-    s_fin.append(0)

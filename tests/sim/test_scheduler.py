@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from preemptscope.analysis.kvmodel import GPU_PRESETS
 from preemptscope.analysis.sim.config import SimConfig
-from preemptscope.analysis.sim.engine import _schedule_running_with_preemption, _Waiting, simulate
+from preemptscope.analysis.sim.engine import simulate
+from preemptscope.analysis.sim.steps import WaitingQueue, schedule_running
 from preemptscope.analysis.sim.workload import FloatArray, Workload, synthetic
 
 from tests.sim.traffic import long_chat
@@ -69,11 +70,11 @@ def test_fcfs_and_priority_victims() -> None:
         computed = np.array([32, 32, 32], dtype=np.int64)
         blocks = np.array([2, 2, 2], dtype=np.int64)
         running = [0, 1, 2]
-        waiting = _Waiting("priority" if policy_priority else "fcfs", prio, arrival)
+        waiting = WaitingQueue("priority" if policy_priority else "fcfs", prio, arrival)
         npre = np.zeros(3, dtype=np.int64)
         pre_t: list[float] = []
         pre_r: list[int] = []
-        _schedule_running_with_preemption(
+        schedule_running(
             running, waiting, ntok, computed, blocks, prio, arrival,
             npre, pre_t, pre_r, 5.0, 8192, 0, 16, policy_priority,
         )  # fmt: skip
@@ -104,7 +105,7 @@ def test_priority_policy_protects_high_priority_requests() -> None:
 
 
 def test_front_of_queue_unit() -> None:
-    waiting = _Waiting("fcfs", np.zeros(3, dtype=np.int64), np.zeros(3))
+    waiting = WaitingQueue("fcfs", np.zeros(3, dtype=np.int64), np.zeros(3))
     waiting.add(0)
     waiting.add(1)
     waiting.prepend(2)
