@@ -38,7 +38,7 @@ STATIC_TYPES = {
     "plots.js": "text/javascript; charset=utf-8",
     "live.js": "text/javascript; charset=utf-8",
 }
-CACHE_ENTRIES = 16  # (report, deployment, range) figure payloads kept
+CACHE_ENTRIES = 32  # (deployment, range) figure payloads kept for the current report
 
 
 @cache
@@ -49,26 +49,31 @@ def _static(name: str) -> bytes:
 
 
 class _FigureCache:
-    """Figure payloads per (report object, deployment, range): building a week costs seconds,
-    and a report object is immutable, so a new report (new id) simply misses."""
+    """Figure payloads of the current report per (deployment, range): building a week costs
+    seconds. Reports are immutable and replaced whole, so a new report object clears the cache;
+    only the current report is referenced (a sidecar must not pin old reports in memory)."""
 
     def __init__(self, size: int) -> None:
         self._size = size
-        self._items: OrderedDict[tuple[int, str, str], tuple[Report, bytes]] = OrderedDict()
+        self._report: Report | None = None
+        self._items: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, report: Report, name: str, key: str) -> bytes | None:
         with self._lock:
-            hit = self._items.get((id(report), name, key))
-            # Compare the object too: ids are reused once a report is garbage-collected.
-            if hit is None or hit[0] is not report:
+            if report is not self._report:
                 return None
-            self._items.move_to_end((id(report), name, key))
-            return hit[1]
+            body = self._items.get((name, key))
+            if body is not None:
+                self._items.move_to_end((name, key))
+            return body
 
     def put(self, report: Report, name: str, key: str, body: bytes) -> None:
         with self._lock:
-            self._items[(id(report), name, key)] = (report, body)
+            if report is not self._report:
+                self._report = report
+                self._items.clear()
+            self._items[(name, key)] = body
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 

@@ -137,3 +137,19 @@ def test_sign_in_form_when_no_token(base: str, holder: Holder, watched: Watched)
     # Only the two expected 401 responses were complained about.
     assert all("401" in e for e in watched.console_errors), watched.console_errors
     assert watched.foreign_requests() == []
+
+
+def test_figure_cache_holds_only_the_current_report() -> None:
+    from preemptscope.exporter.pages import _FigureCache
+
+    cache = _FigureCache(2)
+    old, new = make_report(5), make_report(5)
+    cache.put(old, "a", "1h", b"old")
+    assert cache.get(old, "a", "1h") == b"old"
+    assert cache.get(new, "a", "1h") is None  # a new report object misses
+    cache.put(new, "a", "1h", b"new")
+    assert cache.get(old, "a", "1h") is None  # and the old one is dropped, not pinned
+    cache.put(new, "b", "1h", b"b")
+    cache.put(new, "c", "1h", b"c")
+    assert cache.get(new, "a", "1h") is None  # least recently used beyond the size
+    assert cache.get(new, "c", "1h") == b"c"
