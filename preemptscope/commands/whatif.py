@@ -31,6 +31,7 @@ from preemptscope.analysis.sim.whatif import (
     workload_from_observed,
 )
 from preemptscope.analysis.sim.workload import Workload, from_bench_result
+from preemptscope.commands.capacity import load_model
 from preemptscope.commands.report import parse_duration
 from preemptscope.errors import ConfigError, InputError
 from preemptscope.ingest.logs import ParseOptions, parse_path
@@ -60,11 +61,14 @@ def register(subparsers: Any) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--bench", metavar="FILE", help="vllm bench serve --save-detailed JSON")
     source.add_argument("--log", metavar="FILE", help="a vLLM server log")
-    parser.add_argument(
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument(
         "--model",
-        default="llama-3.1-8b",
-        help=f"model preset for memory and step time ({', '.join(sorted(MODEL_PRESETS))})",
+        help="model preset for memory and step time (default llama-3.1-8b: "
+        f"{', '.join(sorted(MODEL_PRESETS))})",
     )
+    model.add_argument("--config", metavar="CONFIG_JSON", help="or a Hugging Face config.json")
+    parser.add_argument("--dtype", help="with --config: model dtype (default: torch_dtype)")
     parser.add_argument(
         "--gpu",
         default="A100-80G",
@@ -145,7 +149,8 @@ def load_workload(args: argparse.Namespace, base: SimConfig) -> tuple[Workload, 
 
 def run(args: argparse.Namespace) -> int:
     current = _parse_current(args.current)
-    base = SimConfig(model=model_preset(args.model), gpu=gpu_preset(args.gpu))
+    model = load_model(args) if args.model or args.config else model_preset("llama-3.1-8b")
+    base = SimConfig(model=model, gpu=gpu_preset(args.gpu))
     workload, base = load_workload(args, base)
     if current:
         base = base.with_changes(current)
