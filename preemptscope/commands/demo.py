@@ -11,11 +11,12 @@ import argparse
 import dataclasses
 import importlib
 import json
+import shutil
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--duration", default="10m", help="simulated traffic (default 10m)")
     parser.add_argument("--window", default="60s", help="analysis window (default 60s)")
-    parser.add_argument("--start", default=DEFAULT_START, help="ISO time the traffic starts")
+    parser.add_argument(
+        "--start",
+        help=f"ISO time the traffic starts (default {DEFAULT_START}; with --serve, so that the "
+        "traffic ends now, which the live service's recent windows need)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -133,7 +138,13 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     duration = parse_duration(args.duration)
     window = parse_duration(args.window)
-    start = parse_time(args.start)
+    if args.start:
+        start = parse_time(args.start)
+    elif args.serve:
+        now = datetime.now(UTC).replace(microsecond=0)
+        start = now - timedelta(seconds=duration + 60)
+    else:
+        start = parse_time(DEFAULT_START)
     out = Path(args.out)
     err = Console(stderr=True)
     scenarios = demo_scenarios(seed=args.seed, duration=duration)
@@ -165,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     err.print(html_note)
     err.print(f"demo finished in {time.perf_counter() - began:.1f} s")
     if args.serve:
-        return _serve(artefacts, err, port=args.port)
+        return _serve(artefacts, err, state_dir=out / "serve-state", port=args.port)
     return 0
 
 
@@ -196,11 +207,15 @@ def _print_truth(console: Console, report: Report, artefacts: Sequence[Artefacts
         )
 
 
-def _serve(artefacts: Sequence[Artefacts], err: Console, *, port: int | None = None) -> int:
+def _serve(
+    artefacts: Sequence[Artefacts], err: Console, *, state_dir: Path, port: int | None = None
+) -> int:
     """Hand the written logs to `preemptscope serve` (the exporter's entry point)."""
     from preemptscope import cli
 
-    argv = ["serve"]
+    # The logs were just rewritten: offsets checkpointed by an earlier demo would be wrong.
+    shutil.rmtree(state_dir, ignore_errors=True)
+    argv = ["serve", "--state-dir", str(state_dir)]
     for a in artefacts:
         argv += ["--log", f"{a.log}={a.name}"]
     if port is not None:
