@@ -19,6 +19,7 @@ from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import SimResult, simulate
 from preemptscope.analysis.sim.workload import LengthDist, Workload, synthetic
+from preemptscope.ingest.schema import LogFrames
 
 from preemptscope.errors import ConfigError
 
@@ -309,3 +310,21 @@ def base_from_capacity(capacity: Capacity, base: SimConfig | None = None) -> Sim
         # vLLM's V1 default budget when the log does not show it.
         settings["max_num_batched_tokens"] = max(8192, int(settings["max_num_seqs"]))
     return calibrated_base(config, num_gpu_blocks=capacity.num_gpu_blocks, settings=settings)
+
+
+def replay_from_log(
+    frames: LogFrames,
+    capacity: Capacity,
+    *,
+    base: SimConfig | None = None,
+    output_tokens: float | None = None,
+    seed: int = 0,
+) -> tuple[Workload, SimConfig]:
+    """What a parsed log says to replay, and the configuration it ran with.
+
+    `capacity` is the report's view of the deployment (analyze.capacity_facts): its KV block
+    count and flags calibrate the base. Then `predict(workload, changes, base=config)`.
+    """
+    config = base_from_capacity(capacity, base)
+    load = observed_load(frames["scheduler_stats"], frames["requests"], output_tokens=output_tokens)
+    return workload_from_observed(load, seed=seed), config

@@ -23,12 +23,10 @@ from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.whatif import (
     WhatIfOutcome,
     WhatIfResult,
-    base_from_capacity,
     fmt_seconds,
-    observed_load,
     predict,
+    replay_from_log,
     sweep,
-    workload_from_observed,
 )
 from preemptscope.analysis.sim.workload import Workload, from_bench_result
 from preemptscope.commands.capacity import load_model
@@ -140,11 +138,9 @@ def load_workload(args: argparse.Namespace, base: SimConfig) -> tuple[Workload, 
         return from_bench_result(data, source=args.bench), base
     frames = parse_path(args.log, options=ParseOptions(year=args.year))
     capacity = capacity_facts([frames], None, None, [])
-    config = base_from_capacity(capacity, base)
-    load = observed_load(
-        frames["scheduler_stats"], frames["requests"], output_tokens=args.output_len
+    return replay_from_log(
+        frames, capacity, base=base, output_tokens=args.output_len, seed=args.seed
     )
-    return workload_from_observed(load, seed=args.seed), config
 
 
 def run(args: argparse.Namespace) -> int:
