@@ -448,10 +448,6 @@ def timeline_figure(dep: DeploymentReport) -> go.Figure:
     rows += _latency_traces(windows, axis, 4)
     if len(dep.episodes) > SHAPE_LIMIT:
         rows.insert(0, (_episode_band(windows, axis), 1))
-    # Past VALIDATE_LIMIT, trust our own trace dicts: tests cover them at validated sizes.
-    fig._validate = len(windows) <= VALIDATE_LIMIT
-    for trace, row in rows:
-        fig.add_trace(trace, row=row, col=1)
     for level, label in ((KV_HIGH, "0.90"), (KV_FULL, "0.98")):
         fig.add_hline(
             y=level,
@@ -461,21 +457,23 @@ def timeline_figure(dep: DeploymentReport) -> go.Figure:
             annotation_text=label,
             annotation_position="right",
             annotation_font_size=10,
+            exclude_empty_subplots=False,  # traces are added at the end (see _assemble)
         )
     if 0 < len(dep.episodes) <= SHAPE_LIMIT:
         fig.update_layout(shapes=[*fig.layout.shapes, *_episode_shapes(dep.episodes)])
         # Shapes have no legend entry: a stand-in trace explains the shading.
-        fig.add_trace(
-            go.Scatter(
-                x=[None],
-                y=[None],
-                mode="markers",
-                name="over-capacity episode",
-                marker={"symbol": "square", "size": 12, "color": "rgba(214, 39, 40, 0.35)"},
-                hoverinfo="skip",
-            ),
-            row=1,
-            col=1,
+        rows.append(
+            (
+                go.Scatter(
+                    x=[None],
+                    y=[None],
+                    mode="markers",
+                    name="over-capacity episode",
+                    marker={"symbol": "square", "size": 12, "color": "rgba(214, 39, 40, 0.35)"},
+                    hoverinfo="skip",
+                ),
+                1,
+            )
         )
     fig.update_yaxes(title_text="fraction", range=[0, 1.05], tickformat=".0%", row=1, col=1)
     fig.update_yaxes(title_text="requests", rangemode="tozero", row=2, col=1)
@@ -493,7 +491,24 @@ def timeline_figure(dep: DeploymentReport) -> go.Figure:
         template="plotly_white",
         uirevision=dep.name,  # live updates keep the user's zoom and legend toggles
     )
-    return fig
+    return _assemble(fig, rows, len(windows))
+
+
+def _assemble(grid: go.Figure, rows: list[tuple[Any, int]], n_points: int) -> go.Figure:
+    """Traces placed in the rows of a one-column subplot grid, in one go.
+
+    `add_trace` re-validates and copies every array (seconds for a week of windows); building
+    the figure once, unvalidated past VALIDATE_LIMIT, does not. The tests validate the same
+    trace dicts at smaller sizes.
+    """
+    for trace, row in rows:
+        suffix = "" if row == 1 else str(row)
+        trace.update(xaxis=f"x{suffix}", yaxis=f"y{suffix}")
+    return go.Figure(
+        data=[trace for trace, _ in rows],
+        layout=grid.layout,
+        _validate=n_points <= VALIDATE_LIMIT,
+    )
 
 
 def _rate_per_minute(window: Window) -> float | None:
@@ -511,7 +526,7 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
     """
     corr = dep.correlation
     metric = corr.metric
-    fig = go.Figure()
+    traces: list[Any] = []
     # Per group: rates, p99/mean, p99 (hover) and window start (hover, small inputs only: at a
     # week of windows the timestamps alone would be megabytes).
     Group = tuple[list[float], list[float], list[float | None], list[str]]
@@ -535,7 +550,7 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
     with_time = total <= GL_LIMIT
     for (over, quality), (xs, ys, p99s, starts) in sorted(points.items()):
         state = "over-capacity window" if over else "window"
-        fig.add_trace(
+        traces.append(
             _scatter(
                 total,
                 x=xs,
@@ -557,6 +572,7 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
                 ),
             )
         )
+    fig = go.Figure(data=traces, _validate=total <= VALIDATE_LIMIT)
     rho = corr.spearman_rho
     label = METRIC_LABELS.get(metric or "", "latency")
     title = f"Preemption rate vs {label} p99/mean"
@@ -813,10 +829,22 @@ def windows_since(dep: DeploymentReport, since: datetime | None) -> DeploymentRe
     )
 
 
+def plotly_json(fig: go.Figure) -> dict[str, Any]:
+    """{"data": [...], "layout": {...}} for serialising, without to_plotly_json()'s deep copy
+    (seconds for a week of windows). The result shares the figure's lists: read-only use."""
+    data = getattr(fig, "_data", None)
+    layout = getattr(fig, "_layout", None)
+    if isinstance(data, list) and isinstance(layout, dict):
+        return {"data": data, "layout": layout}
+    copied: dict[str, Any] = fig.to_plotly_json()  # plotly changed its internals: copy
+    return {"data": copied["data"], "layout": copied["layout"]}
+
+
 def figures_json(dep: DeploymentReport, *, since: datetime | None = None) -> dict[str, Any]:
     """Everything the live page draws for one deployment, as JSON-ready data."""
     shown = windows_since(dep, since)
     last = dep.windows[-1].end if dep.windows else None
+    scope = " over the whole report" if since else ""
     return {
         "name": dep.name,
         "state": dep.verdict.state,
@@ -825,10 +853,8 @@ def figures_json(dep: DeploymentReport, *, since: datetime | None = None) -> dic
         "last_window_end": last.isoformat() if last else None,
         "since": since.isoformat() if since else None,
         "figures": {
-            "timeline": timeline_figure(shown).to_plotly_json(),
-            "preemption_vs_tail": preemption_vs_tail_figure(
-                shown, rho_scope=" over the whole report" if since else ""
-            ).to_plotly_json(),
-            "capacity": capacity_figure(dep).to_plotly_json(),
+            "timeline": plotly_json(timeline_figure(shown)),
+            "preemption_vs_tail": plotly_json(preemption_vs_tail_figure(shown, rho_scope=scope)),
+            "capacity": plotly_json(capacity_figure(dep)),
         },
     }

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import plotly
-import plotly.graph_objects as go
 from preemptscope.analysis.report import DeploymentReport, Report, SourceSummary
 from preemptscope.dashboards.figures import (
     STATE_LABELS,
     WhatIfInput,
     capacity_figure,
     esc,
+    plotly_json,
     preemption_vs_tail_figure,
     timeline_figure,
     verdict_card_html,
@@ -68,11 +68,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, tuple | set | frozenset):
         return list(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def figure_payload(fig: go.Figure) -> dict[str, Any]:
-    out: dict[str, Any] = fig.to_plotly_json()
-    return {"data": out.get("data", []), "layout": out.get("layout", {})}
 
 
 def _fmt(value: int | None) -> str:
@@ -126,9 +121,9 @@ def _deployment_section(
     whatif: Sequence[WhatIfInput] | None,
 ) -> str:
     ids = {kind: f"fig-{index}-{kind}" for kind in ("timeline", "tail", "capacity")}
-    figures[ids["timeline"]] = figure_payload(timeline_figure(dep))
-    figures[ids["tail"]] = figure_payload(preemption_vs_tail_figure(dep))
-    figures[ids["capacity"]] = figure_payload(capacity_figure(dep, whatif))
+    figures[ids["timeline"]] = plotly_json(timeline_figure(dep))
+    figures[ids["tail"]] = plotly_json(preemption_vs_tail_figure(dep))
+    figures[ids["capacity"]] = plotly_json(capacity_figure(dep, whatif))
     first, last = (dep.windows[0].start, dep.windows[-1].end) if dep.windows else (None, None)
     span = f"{first:%Y-%m-%d %H:%M} → {last:%Y-%m-%d %H:%M} UTC" if first and last else "no windows"
     return f"""

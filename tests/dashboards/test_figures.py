@@ -75,6 +75,12 @@ def test_timeline_has_every_series_on_shared_time_axis() -> None:
     assert {layout[f"xaxis{i}"]["matches"] for i in ("", 2, 3)} == {"x4"}
     assert layout["yaxis4"]["type"] == "log"
     assert data["preemptions (exact)"]["type"] == "bar"
+    assert [data[n]["yaxis"] for n in ("KV usage max", "running", "end-to-end p99")] == [
+        "y",
+        "y2",
+        "y4",
+    ]
+    assert data["preemptions (exact)"]["xaxis"] == "x3"
     assert sum(xs_of(data["preemptions (exact)"])) == dep.preemptions.total
     # Regular 10-s windows: x0/dx, not 360 timestamps per trace.
     assert data["running"]["dx"] == 10_000
