@@ -396,14 +396,14 @@ def render_log(
                 )
                 log.add(t_arr, "INFO", "async_llm_engine.py:201", f"Added request {rid}.")
             else:
-                log.add(
-                    t_arr,
-                    "INFO",
-                    "logger.py:40",
-                    f"Received request {rid}: prompt: {prompt}, params: {params}, "
-                    "prompt_token_ids: None, prompt_embeds shape: None, lora_request: None.",
-                    proc=api,
+                # 0.11.1 moved the prompt to a DEBUG line; 0.10-0.11.0 logged it here.
+                received = (
+                    f"Received request {rid}: params: {params}, lora_request: None."
+                    if era == "v1-preemptions"
+                    else f"Received request {rid}: prompt: {prompt}, params: {params}, "
+                    "prompt_token_ids: None, prompt_embeds shape: None, lora_request: None."
                 )
+                log.add(t_arr, "INFO", "logger.py:40", received, proc=api)
                 log.add(t_arr, "INFO", "async_llm.py:316", f"Added request {rid}.", proc=api)
             t_fin = result.finish[i]
             if math.isnan(t_fin):
