@@ -20,7 +20,7 @@ REAL_LINES = [
     for line in path.read_text(encoding="utf-8").splitlines()
 ] + [row.example for row in cat.ALL_ROWS]
 OPTIONS = ParseOptions(year=2025)
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _check(frames: LogFrames, lines: int) -> None:

@@ -36,7 +36,7 @@ def mixed_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("chunk_bytes", [64, 700, 5000])
+@pytest.mark.parametrize("chunk_bytes", [150, 5000])
 def test_small_chunks_equal_one_batch(mixed_log: Path, chunk_bytes: int) -> None:
     lines = mixed_log.read_text(encoding="utf-8").splitlines()
     whole = parse_lines(lines, source=str(mixed_log), deployment="mixed", options=OPTIONS)
@@ -93,3 +93,24 @@ def test_generated_bench_log_is_fully_understood(tmp_path: Path) -> None:
     # The generated log crosses New Year's Eve: timestamps keep increasing.
     stamps = frames["scheduler_stats"]["timestamp"].drop_nulls()
     assert stamps.is_sorted()
+
+
+def test_crlf_line_endings_parse_like_lf(tmp_path: Path) -> None:
+    source = ERA_LOGS / "v1_v033_envelopes.log"
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(source.read_bytes().replace(b"\n", b"\r\n"))
+    lf = _combined(list(iter_parse_path(source, deployment="d", options=OPTIONS)))
+    cr = _combined(list(iter_parse_path(crlf, deployment="d", options=OPTIONS)))
+    assert cr.accounting == lf.accounting
+    for kind in lf.frames:
+        assert cr[kind].drop("source").equals(lf[kind].drop("source")), kind
+
+
+def test_empty_and_blank_inputs(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    assert list(iter_parse_path(empty)) == []
+    blank = tmp_path / "blank.log"
+    blank.write_bytes(b"\n   \n\t\r\n")
+    (frames,) = list(iter_parse_path(blank))
+    assert frames.accounting.lines == 3 and frames.accounting.blank_lines == 3
