@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import logging
+import math
 import tempfile
 from base64 import b64decode
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -156,6 +158,17 @@ def bearer_guard(token: str | None) -> Callable[[Request], None]:
     return check
 
 
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: a missing figure is null (as in Report.to_dict)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _deployment_json(report: Report, deployment: DeploymentReport, snap: Snapshot) -> Any:
     one = Report(
         deployments=[deployment],
@@ -253,12 +266,12 @@ def create_app(
         return snap, snap.report
 
     @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["health"], responses={503: {"description": "not ready"}})
-    def readyz() -> dict[str, str]:
+    async def readyz() -> dict[str, str]:
         """Readiness: state loaded and the first analysis done."""
         if not is_ready():
             raise ApiError(503, "not ready: the first analysis has not finished")
@@ -266,16 +279,39 @@ def create_app(
 
     metrics_deps = [guard] if protect_metrics else []
 
+    # Rendered bodies per snapshot version: under load, most requests reuse the last body
+    # (the snapshot changes a few times a second, a request costs microseconds).
+    rendered: dict[str, tuple[int, bytes]] = {}
+
+    def cached(key: str, version: int, render: Callable[[], bytes]) -> bytes:
+        hit = rendered.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        body = render()
+        if len(rendered) > 1000:
+            rendered.clear()
+        rendered[key] = (version, body)
+        return body
+
+    def json_body(value: Any) -> bytes:
+        return json.dumps(_finite(value), separators=(",", ":"), allow_nan=False).encode()
+
     @app.get("/metrics", tags=["metrics"], dependencies=metrics_deps)
-    def metrics() -> Response:
+    async def metrics() -> Response:
         """preemptscope's own metrics in the Prometheus text format."""
+        version = get_snapshot().version
+        body = cached("/metrics", version, lambda: generate_latest(registry))
         # The classic 0.0.4 text format: every Prometheus 2.x and 3.x reads it.
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)
+        return Response(body, media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
     @app.get("/api/deployments", tags=["api"], dependencies=[guard])
-    def deployments() -> dict[str, Any]:
+    async def deployments() -> Response:
         """Every deployment with its verdict and headline figures."""
         snap, report = current()
+        body = cached("/api/deployments", snap.version, lambda: json_body(listing(snap, report)))
+        return Response(body, media_type="application/json")
+
+    def listing(snap: Snapshot, report: Report) -> dict[str, Any]:
         return {
             "generated_at": report.generated_at.isoformat() if report.generated_at else None,
             "deployments": [
@@ -292,12 +328,17 @@ def create_app(
         }
 
     @app.get("/api/deployments/{name}", tags=["api"], dependencies=[guard])
-    def deployment(name: str) -> Any:
+    async def deployment(name: str) -> Response:
         """Windows, verdict, evidence and advice of one deployment (the report JSON)."""
         snap, report = current()
         for d in report.deployments:
             if d.name == name:
-                return _deployment_json(report, d, snap)
+                body = cached(
+                    f"/api/deployments/{name}",
+                    snap.version,
+                    lambda d=d: json_body(_deployment_json(report, d, snap)),  # type: ignore[misc]
+                )
+                return Response(body, media_type="application/json")
         known = ", ".join(d.name for d in report.deployments) or "none"
         raise ApiError(404, f"no deployment named {name!r} (known: {known})")
 

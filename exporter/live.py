@@ -30,6 +30,10 @@ LOG = logging.getLogger("preemptscope.exporter.live")
 # (the startup lines give KV capacity and max_num_seqs for the advice), but bounded.
 STICKY_KINDS = ("config", "kv_capacity")
 STICKY_ROWS = 500
+# Kinds analyze() does not read are counted (lines, unrecognized) but not kept in memory.
+UNUSED_KINDS = ("access", "other", "unrecognized")
+# Memory and analysis time stay bounded on very busy logs: the newest rows per kind win.
+MAX_ROWS_PER_KIND = 200_000
 PREEMPTION_SOURCES = ("metrics_counter", "v1_stats_field", "v0_warning_counter")
 
 
@@ -92,6 +96,7 @@ class Snapshot:
     analysis_seconds: float | None
     analysed_at: float | None  # epoch seconds
     model_names: dict[str, str]
+    version: int = 0  # changes whenever anything in the snapshot may have changed
 
 
 def counter_delta(previous: float | None, current: float) -> float:
@@ -112,7 +117,10 @@ class LiveState:
         history_s: float,
         params: Mapping[str, Any] | None = None,
         saved: Mapping[str, Any] | None = None,
+        clock: str = "wall",
     ) -> None:
+        self._clock = clock
+        self._latest_data: datetime | None = None  # newest record time seen (clock="data")
         self._lock = threading.Lock()
         self._window_s = window_s
         self._history_s = history_s
@@ -137,7 +145,9 @@ class LiveState:
         self._scrapes: dict[str, ScrapeStatus] = {}
         self._model_names: dict[str, str] = {}
         self._dirty = True
+        self._version = 0
         self._snapshot = Snapshot(None, self._copy_totals(), {}, None, None, {})
+        self._served: Snapshot = self._snapshot
 
     # -- input ---------------------------------------------------------------------------
 
@@ -168,16 +178,28 @@ class LiveState:
                 self._v0_last[key] = value
             totals.preemptions["v1_stats_field"] += v1_count
             if stamps:
-                latest = max(stamps).timestamp()
+                newest = max(stamps)
+                if self._latest_data is None or newest > self._latest_data:
+                    self._latest_data = newest
+                latest = newest.timestamp()
                 totals.last_event["log"] = max(totals.last_event.get("log", 0.0), latest)
+            for kind in UNUSED_KINDS:
+                if kind in frames.frames and frames.frames[kind].height:
+                    frames.frames[kind] = frames.frames[kind].clear()
             self._logs.setdefault((name, frames.source), []).append(frames)
             self._dirty = True
+            self._version += 1
 
-    def add_rotation(self, deployment: str, kind: str, gaps: int = 0) -> None:
+    def add_rotation(self, deployment: str, kind: str) -> None:
         with self._lock:
             totals = self.totals.setdefault(deployment, DeploymentTotals())
             totals.rotations[kind] = totals.rotations.get(kind, 0) + 1
-            totals.gaps += gaps
+            self._version += 1
+
+    def add_gaps(self, deployment: str, gaps: int) -> None:
+        with self._lock:
+            self.totals.setdefault(deployment, DeploymentTotals()).gaps += gaps
+            self._version += 1
 
     def add_scrape(
         self,
@@ -194,6 +216,7 @@ class LiveState:
             status = self._scrapes.setdefault(url, ScrapeStatus(url, deployment))
             status.scrapes += 1
             status.duration_s = duration_s
+            self._version += 1
             if samples is None:
                 status.up, status.last_error = False, error
                 status.failures += 1
@@ -213,8 +236,12 @@ class LiveState:
             if models.len():
                 self._model_names[deployment] = str(models[0])
             totals.last_event["metrics"] = at
+            scraped = datetime.fromtimestamp(at, UTC)
+            if self._latest_data is None or scraped > self._latest_data:
+                self._latest_data = scraped
             self._metrics.setdefault(deployment, []).append(samples)
             self._dirty = True
+            self._version += 1
 
     # -- analysis ------------------------------------------------------------------------
 
@@ -225,7 +252,7 @@ class LiveState:
 
     def analyze_now(self, now: datetime | None = None) -> Report:
         """Prune to the history, run the batch analyzer, publish a new snapshot."""
-        moment = now or datetime.now(UTC)
+        moment = now or self._now()
         cutoff = moment - timedelta(seconds=self._history_s)
         started = time.perf_counter()
         with self._lock:
@@ -266,20 +293,31 @@ class LiveState:
                 analysed_at=moment.timestamp(),
                 model_names=models,
             )
+            self._version += 1
         return report
+
+    def _now(self) -> datetime:
+        with self._lock:
+            if self._clock == "data" and self._latest_data is not None:
+                return self._latest_data
+        return datetime.now(UTC)
 
     def snapshot(self) -> Snapshot:
         """The last analysis with current totals (counters move between analyses)."""
         with self._lock:
+            if self._served.version == self._version:
+                return self._served  # nothing changed: no copy (hot path under load)
             snap = self._snapshot
-            return Snapshot(
+            self._served = Snapshot(
                 report=snap.report,
                 totals=self._copy_totals(),
                 scrapes={k: _copy_status(v) for k, v in self._scrapes.items()},
                 analysis_seconds=snap.analysis_seconds,
                 analysed_at=snap.analysed_at,
                 model_names=dict(snap.model_names),
+                version=self._version,
             )
+            return self._served
 
     def saved_state(self) -> dict[str, Any]:
         """The totals part of the checkpoint (see exporter/state.py)."""
@@ -348,7 +386,7 @@ def _prune_logs(batches: list[LogFrames], cutoff: datetime) -> LogFrames:
         elif "timestamp" in frame.columns:
             # Rows without a time of their own cannot be placed in a window: dropped here
             # (they are counted in the line totals all the same).
-            frame = frame.filter(pl.col("timestamp") >= cutoff)
+            frame = frame.filter(pl.col("timestamp") >= cutoff).tail(MAX_ROWS_PER_KIND)
         else:
             frame = frame.tail(STICKY_ROWS)
         merged.frames[kind] = frame

@@ -123,6 +123,14 @@ SETTINGS: tuple[Setting, ...] = (
         " capacity (the batch report keeps an hour).",
     ),
     Setting(
+        "clock",
+        "choice",
+        "wall",
+        "What 'now' is for the live analysis: the wall clock (live logs), or the newest record"
+        " read (replaying old logs, e.g. `preemptscope demo` output).",
+        choices=("wall", "data"),
+    ),
+    Setting(
         "log_timezone",
         "str",
         "UTC",
@@ -186,6 +194,7 @@ class ServeSettings:
     poll_interval: float
     min_episode: float
     resolve_after: float
+    clock: str
     log_timezone: str
     scrape_interval: float
     scrape_timeout: float
@@ -307,9 +316,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 setting.flag,
                 dest=setting.name,
                 default=None,
-                metavar=setting.metavar or setting.name.upper(),
+                metavar=_metavar(setting),
                 help=help_text,
             )
+
+
+def _metavar(setting: Setting) -> str:
+    if setting.metavar:
+        return setting.metavar
+    return {
+        "duration": "DURATION",
+        "bytes": "SIZE",
+        "int": "N",
+        "choice": "{" + ",".join(setting.choices) + "}",
+    }.get(setting.kind, setting.name.upper())
 
 
 def _default_text(setting: Setting) -> str:
@@ -434,6 +454,7 @@ def _build(values: dict[str, Any], origins: dict[str, str]) -> ServeSettings:
         poll_interval=values["poll_interval"],
         min_episode=values["min_episode"],
         resolve_after=values["resolve_after"],
+        clock=values["clock"],
         log_timezone=values["log_timezone"],
         scrape_interval=values["scrape_interval"],
         scrape_timeout=values["scrape_timeout"],
@@ -458,7 +479,9 @@ _DEPLOYMENT = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 def _split_target(item: str, flag: str) -> tuple[str, str | None]:
     # The last '=' splits: URLs may hold '=' in the query, deployment names never do.
     head, sep, tail = item.rpartition("=")
-    if sep and head and _DEPLOYMENT.match(tail) and "/" not in tail:
+    # In "http://h/metrics?a=b" the "=" belongs to the query, not to a DEPLOYMENT.
+    query = re.split(r"[?&]", head)[-1] if "?" in head else "="
+    if sep and head and _DEPLOYMENT.match(tail) and "/" not in tail and "=" in query:
         return head, tail
     if sep and not tail:
         raise ConfigError(f"{flag} {item}: empty deployment name after '='")
@@ -490,9 +513,7 @@ def markdown_table() -> str:
         "| TOML file with any of the keys below |",
     ]
     for setting in SETTINGS:
-        meta = f" {setting.metavar}" if setting.metavar else ""
-        if setting.kind == "bool":
-            meta = ""
+        meta = "" if setting.kind == "bool" else f" {_metavar(setting)}"
         choices = f" One of: {', '.join(setting.choices)}." if setting.choices else ""
         rows.append(
             f"| `{setting.flag}{meta}` | `{setting.env}` | `{setting.name}` "
