@@ -1,14 +1,20 @@
 /* preemptscope: draw Plotly figures; long series drawn min/max-downsampled, full data on zoom.
  *
  * A week of 10-s windows is 60,480 points per series, far more than a plot has pixels. Traces on
- * a regular grid (x0/dx) longer than MAX_POINTS are drawn as per-bucket (min, max) pairs, which
- * keeps every spike visible; each zoom redraws the visible slice from the full data, so at
- * window scale every point is back. Shared by the HTML report (inlined) and the live page.
+ * a regular grid (x0/dx) with more than two points per pixel of plot width are drawn as
+ * per-bucket (min, max) pairs, which keeps every spike visible; each zoom redraws the visible
+ * slice from the full data, so at window scale every point is back. Shared by the HTML report
+ * (inlined) and the live page.
  */
 (function (root) {
   "use strict";
-  var MAX_POINTS = 4000; // per trace: BUCKETS buckets × (min, max)
-  var BUCKETS = MAX_POINTS / 2;
+  var MAX_POINTS = 4000; // per trace at most: buckets × (min, max)
+
+  // About one bucket per pixel of plot width: finer cannot be seen, coarser drops spikes.
+  function bucketsFor(gd) {
+    var width = (gd && gd.clientWidth) || 1000;
+    return Math.max(500, Math.min(MAX_POINTS / 2, Math.round(width)));
+  }
 
   function toMs(value) {
     if (typeof value === "number") return value;
@@ -16,21 +22,21 @@
     return Date.parse(String(value).replace(" ", "T") + "Z");
   }
 
-  function isLong(trace) {
+  function isLong(trace, buckets) {
     return trace.x0 !== undefined && trace.dx !== undefined && Array.isArray(trace.y) &&
-      trace.y.length > MAX_POINTS;
+      trace.y.length > 2 * buckets;
   }
 
   // Points [i0, i1) of a trace: as-is when few, else (min, max) per bucket in time order;
   // an all-empty bucket stays a gap (null), never a zero.
-  function slice(full, x0, dx, i0, i1) {
+  function slice(full, x0, dx, i0, i1, buckets) {
     var xs = [], ys = [], i;
-    if (i1 - i0 <= MAX_POINTS) {
+    if (i1 - i0 <= 2 * buckets) {
       for (i = i0; i < i1; i++) { xs.push(x0 + i * dx); ys.push(full[i]); }
       return { x: xs, y: ys };
     }
-    var size = (i1 - i0) / BUCKETS;
-    for (var b = 0; b < BUCKETS; b++) {
+    var size = (i1 - i0) / buckets;
+    for (var b = 0; b < buckets; b++) {
       var s = i0 + Math.floor(b * size), e = i0 + Math.floor((b + 1) * size);
       var lo = -1, hi = -1;
       for (i = s; i < e; i++) {
@@ -69,8 +75,9 @@
   function prepare(gd, fig) {
     var full = [];
     var range = gd.__psZoom || null;
+    var buckets = bucketsFor(gd);
     fig.data.forEach(function (trace, index) {
-      if (!isLong(trace)) return;
+      if (!isLong(trace, buckets)) return;
       var x0 = toMs(trace.x0), dx = Number(trace.dx), n = trace.y.length;
       var i0 = 0, i1 = n;
       if (range) {
@@ -78,7 +85,7 @@
         i1 = Math.min(n, Math.ceil((range[1] - x0) / dx) + 2);
       }
       full.push({ index: index, y: trace.y, x0: x0, dx: dx });
-      var part = slice(trace.y, x0, dx, i0, i1);
+      var part = slice(trace.y, x0, dx, i0, i1, buckets);
       trace.x = part.x; trace.y = part.y;
       delete trace.x0; delete trace.dx;
     });
@@ -89,6 +96,7 @@
     var full = gd.__psFull || [];
     if (!full.length) return;
     var range = gd.__psZoom;
+    var buckets = bucketsFor(gd);
     var xs = [], ys = [], indices = [];
     full.forEach(function (t) {
       var n = t.y.length, i0 = 0, i1 = n;
@@ -96,7 +104,7 @@
         i0 = Math.max(0, Math.floor((range[0] - t.x0) / t.dx) - 1);
         i1 = Math.min(n, Math.ceil((range[1] - t.x0) / t.dx) + 2);
       }
-      var part = slice(t.y, t.x0, t.dx, i0, i1);
+      var part = slice(t.y, t.x0, t.dx, i0, i1, buckets);
       xs.push(part.x); ys.push(part.y); indices.push(t.index);
     });
     root.Plotly.restyle(gd, { x: xs, y: ys }, indices);
