@@ -114,254 +114,320 @@ def simulate(
     fast_forward: bool = True,
     max_steps: int = 50_000_000,
 ) -> SimResult:
-    """Run the workload through the scheduler until every request finished (or `until` s)."""
-    cap = config.capacity()
-    cost = StepCostModel.from_config(config)
-    bs = config.block_size
-    free = cap.num_gpu_blocks
-    n = len(workload)
-    arrival = workload.arrival
-    prio = workload.priority
-    max_len = config.max_model_len
-    prompt = np.minimum(workload.prompt_len, max_len - 1).astype(np.int64)
-    target = np.minimum(workload.output_len, max_len - prompt).astype(np.int64)
-    clamped = int(
-        np.count_nonzero((prompt != workload.prompt_len) | (target != workload.output_len))
-    )
+    """Run the workload through the scheduler until every request finished (or `until` s).
 
-    ntok = prompt.copy()  # prompt + generated: the tokens a request must have computed
-    computed = np.zeros(n, dtype=np.int64)
-    generated = np.zeros(n, dtype=np.int64)
-    blocks = np.zeros(n, dtype=np.int64)
-    first_sched = np.full(n, np.nan)
-    first_tok = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    npre = np.zeros(n, dtype=np.int64)
-    pre_t: list[float] = []
-    pre_r: list[int] = []
-    resumes: list[tuple[int, float]] = []
-    tok_req: list[IntArray] = []
-    tok_time: list[FloatArray] = []
+    fast_forward=False turns both shortcuts off (the plain step-by-step loop, for checking).
+    """
+    return _Run(workload, config, until, record_tokens, fast_forward).run(max_steps)
 
-    log = StepLog()
 
-    waiting = WaitingQueue(config.scheduling_policy, prio, arrival)
-    clock = 0.0
-    next_arr = 0
-    policy_priority = config.scheduling_policy == "priority"
-    chunked = config.enable_chunked_prefill
-    max_seqs = config.max_num_seqs
+class _Run:
+    """One simulation: per-request arrays, the running batch, the waiting queue and the log.
 
-    # The running batch, in running order, as aligned arrays (slices [:nr] are the batch):
-    # request index, computed tokens, tokens to compute (prompt + generated), generated,
-    # output length, KV blocks held, and whether the first token was produced.
-    # Lazy decode leaves finished entries in place until the next flush, hence the headroom.
-    size = max(4 * (max_seqs + 1), 256)
-    r_id = np.zeros(size, dtype=np.int64)
-    r_comp = np.zeros(size, dtype=np.int64)
-    r_ntok = np.zeros(size, dtype=np.int64)
-    r_gen = np.zeros(size, dtype=np.int64)
-    r_tgt = np.zeros(size, dtype=np.int64)
-    r_blk = np.zeros(size, dtype=np.int64)
-    r_first = np.zeros(size, dtype=np.bool_)
-    r_alive = np.zeros(size, dtype=np.bool_)  # lazy mode: entry still running
-    r_join = np.zeros(size, dtype=np.int64)  # lazy mode: lazy step of the entry's first token
-    nr = 0
+    The running batch is kept in running order as aligned arrays (slices [:nr]): request index,
+    computed tokens, tokens to compute (prompt + generated), generated, output length, KV
+    blocks held, first token produced. In lazy mode (LazyState) slots [:lz.slots] hold base
+    values, true = base + lag, and finished entries stay in place until compacted.
+    """
 
-    def store(k: int) -> None:
-        idx = r_id[:k]
-        computed[idx] = r_comp[:k]
-        ntok[idx] = r_ntok[:k]
-        generated[idx] = r_gen[:k]
-        blocks[idx] = r_blk[:k]
+    def __init__(
+        self,
+        workload: Workload,
+        config: SimConfig,
+        until: float | None,
+        record_tokens: bool,
+        shortcuts: bool,
+    ) -> None:
+        self.workload = workload
+        self.config = config
+        self.cap = config.capacity()
+        self.cost = StepCostModel.from_config(config)
+        self.bs = config.block_size
+        self.total_blocks = self.cap.num_gpu_blocks
+        self.free = self.total_blocks
+        self.until = until
+        self.record_tokens = record_tokens
+        self.shortcuts = shortcuts
+        self.policy_priority = config.scheduling_policy == "priority"
+        self.chunked = config.enable_chunked_prefill
+        self.max_seqs = config.max_num_seqs
+        self.max_batched = config.max_num_batched_tokens
 
-    def load(ids: list[int]) -> int:
-        k = len(ids)
+        n = self.n = len(workload)
+        self.arrival = workload.arrival
+        self.prio = workload.priority
+        max_len = config.max_model_len
+        self.prompt = np.minimum(workload.prompt_len, max_len - 1).astype(np.int64)
+        self.target = np.minimum(workload.output_len, max_len - self.prompt).astype(np.int64)
+        self.clamped = int(
+            np.count_nonzero(
+                (self.prompt != workload.prompt_len) | (self.target != workload.output_len)
+            )
+        )
+        self.ntok = self.prompt.copy()  # prompt + generated: tokens a request must compute
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.generated = np.zeros(n, dtype=np.int64)
+        self.blocks = np.zeros(n, dtype=np.int64)
+        self.first_sched = np.full(n, np.nan)
+        self.first_tok = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.npre = np.zeros(n, dtype=np.int64)
+        self.pre_t: list[float] = []
+        self.pre_r: list[int] = []
+        self.resumes: list[tuple[int, float]] = []
+        self.tok_req: list[IntArray] = []
+        self.tok_time: list[FloatArray] = []
+        self.log = StepLog()
+        self.waiting = WaitingQueue(config.scheduling_policy, self.prio, self.arrival)
+        self.clock = 0.0
+        self.next_arr = 0
+
+        # Lazy decode leaves finished entries in place until the next flush: headroom.
+        size = self.size = max(4 * (self.max_seqs + 1), 256)
+        self.r_id = np.zeros(size, dtype=np.int64)
+        self.r_comp = np.zeros(size, dtype=np.int64)
+        self.r_ntok = np.zeros(size, dtype=np.int64)
+        self.r_gen = np.zeros(size, dtype=np.int64)
+        self.r_tgt = np.zeros(size, dtype=np.int64)
+        self.r_blk = np.zeros(size, dtype=np.int64)
+        self.r_first = np.zeros(size, dtype=np.bool_)
+        self.r_alive = np.zeros(size, dtype=np.bool_)  # lazy: entry still running
+        self.r_join = np.zeros(size, dtype=np.int64)  # lazy: lazy step of its first token
+        self.nr = 0
+        self.lz = LazyState()
+
+    # --- the batch and the per-request arrays --------------------------------------------
+
+    def store(self) -> None:
+        """Write the batch's state to the per-request arrays."""
+        k = self.nr
+        idx = self.r_id[:k]
+        self.computed[idx] = self.r_comp[:k]
+        self.ntok[idx] = self.r_ntok[:k]
+        self.generated[idx] = self.r_gen[:k]
+        self.blocks[idx] = self.r_blk[:k]
+
+    def load(self, ids: list[int]) -> None:
+        """Make the batch these requests, in this order, from the per-request arrays."""
+        k = self.nr = len(ids)
         idx = np.asarray(ids, dtype=np.int64)
-        r_id[:k] = idx
-        r_comp[:k] = computed[idx]
-        r_ntok[:k] = ntok[idx]
-        r_gen[:k] = generated[idx]
-        r_tgt[:k] = target[idx]
-        r_blk[:k] = blocks[idx]
-        r_first[:k] = ~np.isnan(first_tok[idx])
-        return k
+        self.r_id[:k] = idx
+        self.r_comp[:k] = self.computed[idx]
+        self.r_ntok[:k] = self.ntok[idx]
+        self.r_gen[:k] = self.generated[idx]
+        self.r_tgt[:k] = self.target[idx]
+        self.r_blk[:k] = self.blocks[idx]
+        self.r_first[:k] = ~np.isnan(self.first_tok[idx])
 
-    # Lazy decode (see LazyState): while on, slots [:lz.slots] hold base values; true = base + lag.
-    max_batched = config.max_num_batched_tokens
-    lz = LazyState()
-
-    def go_lazy(k: int) -> None:
-        comp = r_comp[:k]
+    def go_lazy(self) -> None:
+        k, lz = self.nr, self.lz
+        comp = self.r_comp[:k]
         lz.on, lz.lag, lz.slots, lz.alive = True, 0, k, k
         lz.ends = []
-        lz.residues = np.bincount(comp % bs, minlength=bs).tolist()
+        lz.residues = np.bincount(comp % self.bs, minlength=self.bs).tolist()
         lz.ctx0 = int(np.add.reduce(comp))
-        r_alive[:k] = True
-        r_join[:k] = 1
-        lz.heap = list(zip((r_tgt[:k] - r_gen[:k]).tolist(), range(k), strict=True))
-        heapq.heapify(lz.heap)
+        self.r_alive[:k] = True
+        self.r_join[:k] = 1
+        rebuild_heap(lz, self.r_tgt, self.r_gen)
 
-    def record_lazy_tokens(slots: IntArray) -> None:
+    def record_lazy_tokens(self, slots: IntArray) -> None:
         """Tokens of these slots from their first lazy step through the current one."""
-        joins = r_join[slots]
+        joins = self.r_join[slots]
+        lag, ends = self.lz.lag, self.lz.ends
         for j in np.unique(joins).tolist():
-            ids = r_id[slots[joins == j]]
-            count = lz.lag - j + 1
+            ids = self.r_id[slots[joins == j]]
+            count = lag - j + 1
             if count > 0:
-                tok_req.append(np.tile(ids, count))
-                tok_time.append(np.repeat(np.asarray(lz.ends[j - 1 : lz.lag]), len(ids)))
+                self.tok_req.append(np.tile(ids, count))
+                self.tok_time.append(np.repeat(np.asarray(ends[j - 1 : lag]), len(ids)))
 
-    def compact(apply_lag: bool) -> int:
+    def compact(self, apply_lag: bool) -> int:
         """Move the running entries to the front; with apply_lag, turn base into true values."""
-        alive = np.flatnonzero(r_alive[: lz.slots])
+        lz = self.lz
+        alive = np.flatnonzero(self.r_alive[: lz.slots])
         k = len(alive)
         shift = lz.lag if apply_lag else 0
-        if apply_lag and record_tokens and lz.lag:
-            record_lazy_tokens(alive)
-        r_id[:k] = r_id[alive]
-        r_comp[:k] = r_comp[alive] + shift
-        r_ntok[:k] = r_ntok[alive] + shift
-        r_gen[:k] = r_gen[alive] + shift
-        r_tgt[:k] = r_tgt[alive]
-        r_first[:k] = r_first[alive]
-        r_join[:k] = r_join[alive]
-        r_alive[:k] = True
-        r_alive[k : lz.slots] = False
+        if apply_lag and self.record_tokens and lz.lag:
+            self.record_lazy_tokens(alive)
+        for arr in (self.r_id, self.r_tgt, self.r_first, self.r_join):
+            arr[:k] = arr[alive]
+        for arr in (self.r_comp, self.r_ntok, self.r_gen):
+            arr[:k] = arr[alive] + shift
+        self.r_alive[:k] = True
+        self.r_alive[k : lz.slots] = False
         return k
 
-    def flush() -> int:
-        """Leave lazy mode: true values in the arrays, blocks recomputed. Returns the batch size."""
-        if not lz.on:
-            return nr
-        k = compact(apply_lag=True)
-        r_blk[:k] = -(-r_comp[:k] // bs)
-        lz.on = False
-        lz.heap = []
-        return k
+    def flush(self) -> None:
+        """Leave lazy mode: true values in the arrays, blocks recomputed."""
+        if not self.lz.on:
+            return
+        k = self.nr = self.compact(apply_lag=True)
+        self.r_blk[:k] = -(-self.r_comp[:k] // self.bs)
+        self.lz.on = False
+        self.lz.heap = []
 
-    for _ in range(max_steps):
-        while next_arr < n and arrival[next_arr] <= clock:
-            waiting.add(next_arr)
-            next_arr += 1
-        if not nr and not len(waiting):
-            if next_arr >= n:
+    # --- the loop ----------------------------------------------------------------------
+
+    def run(self, max_steps: int) -> SimResult:
+        arrival, waiting, n = self.arrival, self.waiting, self.n
+        for _ in range(max_steps):
+            while self.next_arr < n and arrival[self.next_arr] <= self.clock:
+                waiting.add(self.next_arr)
+                self.next_arr += 1
+            if not self.nr and not len(waiting):
+                if self.next_arr >= n:
+                    break
+                self.clock = float(arrival[self.next_arr])
+                continue
+            if self.until is not None and self.clock >= self.until:
                 break
-            clock = float(arrival[next_arr])
-            continue
-        if until is not None and clock >= until:
-            break
-
-        if lz.on:
-            # Decoders all take one token; new requests whose whole prompt fits join as
-            # decoders; finished ones leave. O(1) per step plus O(1) per request event, with
-            # the same arithmetic as the plain loop. Anything else (a partial prefill, a block
-            # shortage) flushes to the plain loop for this step.
-            lag0 = lz.lag
-            dec = lz.alive
-            need_blocks = lz.residues[-lag0 % bs]
-            free_left = free - need_blocks
-            if free_left >= 0:
-                budget_left = max_batched - dec
-                picks: list[tuple[int, int]] = []
-                blocked = abort = False
-                while len(waiting) and budget_left > 0 and dec + len(picks) < max_seqs:
-                    r = waiting.peek()
-                    tokens = int(ntok[r])
-                    if tokens > budget_left:
-                        abort = chunked  # a partial prefill: the plain loop handles it
-                        break
-                    nb = -(-tokens // bs)
-                    if nb > free_left:
-                        blocked = True
-                        break
-                    waiting.pop()
-                    picks.append((r, tokens))
-                    free_left -= nb
-                    budget_left -= tokens
-                if abort:
-                    for r, _ in reversed(picks):
-                        waiting.unpop(r)
-                else:
-                    prompt_tokens = sum(t for _, t in picks)
-                    ones = sum(1 for _, t in picks if t == 1)
-                    n_tokens = dec + prompt_tokens
-                    dec_context = lz.ctx0 + dec * lag0 + dec
-                    context = dec_context + prompt_tokens
-                    decode_tokens = dec + ones
-                    if decode_tokens == n_tokens:
-                        pairs = float(context)
-                    else:
-                        pairs = float(dec_context + sum(t * (t + 1) // 2 for _, t in picks))
-                    end = clock + cost.step_time(n_tokens, context, pairs)
-                    free = free_left
-                    lag = lag0 + 1
-                    lz.lag = lag
-                    lz.ends.append(end)
-                    first_prompt = 0
-                    for r, tokens in picks:
-                        if lz.slots == size:
-                            lz.slots = compact(apply_lag=False)
-                            rebuild_heap(lz, r_tgt, r_gen)
-                        slot = lz.slots
-                        lz.slots += 1
-                        gen0 = int(generated[r])
-                        base = tokens - lag
-                        r_id[slot] = r
-                        r_comp[slot] = base
-                        r_ntok[slot] = tokens + 1 - lag
-                        r_gen[slot] = gen0 + 1 - lag
-                        r_tgt[slot] = target[r]
-                        r_first[slot] = True
-                        r_alive[slot] = True
-                        r_join[slot] = lag
-                        lz.residues[base % bs] += 1
-                        lz.ctx0 += base
-                        lz.alive += 1
-                        heapq.heappush(lz.heap, (int(target[r]) - gen0 - 1 + lag, slot))
-                        if np.isnan(first_sched[r]):
-                            first_sched[r] = clock
-                        elif npre[r]:
-                            resumes.append((r, clock))
-                        if np.isnan(first_tok[r]):
-                            first_tok[r] = end
-                            first_prompt += int(prompt[r])
-                    n_done = 0
-                    while lz.heap and lz.heap[0][0] <= lag:
-                        _, slot = heapq.heappop(lz.heap)
-                        r = int(r_id[slot])
-                        base = int(r_comp[slot])
-                        finish[r] = end
-                        computed[r] = base + lag
-                        ntok[r] = int(r_ntok[slot]) + lag
-                        generated[r] = int(r_gen[slot]) + lag
-                        blocks[r] = 0
-                        free += -(-(base + lag) // bs)
-                        lz.residues[base % bs] -= 1
-                        lz.ctx0 -= base
-                        lz.alive -= 1
-                        r_alive[slot] = False
-                        n_done += 1
-                        if record_tokens:
-                            join = int(r_join[slot])
-                            tok_req.append(np.full(lag - join + 1, r, dtype=np.int64))
-                            tok_time.append(np.asarray(lz.ends[join - 1 : lag]))
-                    log.add(clock, end, lz.alive, len(waiting), cap.num_gpu_blocks - free,
-                            n_tokens, n_tokens - decode_tokens, first_prompt, dec + len(picks),
-                            0, blocked, n_done)  # fmt: skip
-                    clock = end
-                    if not lz.alive:
-                        nr = flush()
+            if self.lz.on:
+                if self.lazy_step():
                     continue
-            nr = flush()
+                self.flush()
+            self.plain_step()
+        else:
+            raise ConfigError(f"simulation exceeded max_steps={max_steps}")
+        self.flush()
+        self.store()
+        return self.result()
 
-        budget = config.max_num_batched_tokens
+    def lazy_step(self) -> bool:
+        """One step of the lazy decode batch, or False (nothing done) when it cannot be one.
+
+        Decoders all take one token; new requests whose whole prompt fits join as decoders;
+        finished ones leave. O(1) per step plus O(1) per request event, with the same
+        arithmetic as plain_step. A partial prefill or a block shortage returns False.
+        """
+        lz, bs, waiting, ntok = self.lz, self.bs, self.waiting, self.ntok
+        lag0 = lz.lag
+        dec = lz.alive
+        free_left = self.free - lz.residues[-lag0 % bs]
+        if free_left < 0:
+            return False
+        budget_left = self.max_batched - dec
+        picks: list[tuple[int, int]] = []
+        blocked = False
+        while len(waiting) and budget_left > 0 and dec + len(picks) < self.max_seqs:
+            r = waiting.peek()
+            tokens = int(ntok[r])
+            if tokens > budget_left:
+                if self.chunked:  # a partial prefill: the plain step handles it
+                    for req, _ in reversed(picks):
+                        waiting.unpop(req)
+                    return False
+                break
+            nb = -(-tokens // bs)
+            if nb > free_left:
+                blocked = True
+                break
+            waiting.pop()
+            picks.append((r, tokens))
+            free_left -= nb
+            budget_left -= tokens
+
+        prompt_tokens = sum(t for _, t in picks)
+        n_tokens = dec + prompt_tokens
+        dec_context = lz.ctx0 + dec * lag0 + dec
+        context = dec_context + prompt_tokens
+        decode_tokens = dec + sum(1 for _, t in picks if t == 1)
+        if decode_tokens == n_tokens:
+            pairs = float(context)
+        else:
+            pairs = float(dec_context + sum(t * (t + 1) // 2 for _, t in picks))
+        clock = self.clock
+        end = clock + self.cost.step_time(n_tokens, context, pairs)
+        free = free_left
+        lag = lz.lag = lag0 + 1
+        lz.ends.append(end)
+        first_prompt = 0
+        for r, tokens in picks:
+            first_prompt += self.join_lazy(r, tokens, lag, clock, end)
+        n_done = 0
+        while lz.heap and lz.heap[0][0] <= lag:
+            _, slot = heapq.heappop(lz.heap)
+            free += self.leave_lazy(slot, lag, end)
+            n_done += 1
+        self.free = free
+        self.log.add(clock, end, lz.alive, len(waiting), self.total_blocks - free, n_tokens,
+                     n_tokens - decode_tokens, first_prompt, dec + len(picks), 0, blocked,
+                     n_done)  # fmt: skip
+        self.clock = end
+        if not lz.alive:
+            self.flush()
+        return True
+
+    def join_lazy(self, r: int, tokens: int, lag: int, clock: float, end: float) -> int:
+        """Admit request r, whose whole remaining prompt (`tokens`) runs in this lazy step.
+
+        Returns its prompt length if this step gives it its first token, else 0.
+        """
+        lz = self.lz
+        if lz.slots == self.size:
+            lz.slots = self.compact(apply_lag=False)
+            rebuild_heap(lz, self.r_tgt, self.r_gen)
+        slot = lz.slots
+        lz.slots += 1
+        gen0 = int(self.generated[r])
+        base = tokens - lag
+        self.r_id[slot] = r
+        self.r_comp[slot] = base
+        self.r_ntok[slot] = tokens + 1 - lag
+        self.r_gen[slot] = gen0 + 1 - lag
+        self.r_tgt[slot] = self.target[r]
+        self.r_first[slot] = True
+        self.r_alive[slot] = True
+        self.r_join[slot] = lag
+        lz.residues[base % self.bs] += 1
+        lz.ctx0 += base
+        lz.alive += 1
+        heapq.heappush(lz.heap, (int(self.target[r]) - gen0 - 1 + lag, slot))
+        self.mark_scheduled(r, clock)
+        if np.isnan(self.first_tok[r]):
+            self.first_tok[r] = end
+            return int(self.prompt[r])
+        return 0
+
+    def leave_lazy(self, slot: int, lag: int, end: float) -> int:
+        """Finish the request in this slot at `end`; returns the KV blocks it frees."""
+        lz = self.lz
+        r = int(self.r_id[slot])
+        base = int(self.r_comp[slot])
+        self.finish[r] = end
+        self.computed[r] = base + lag
+        self.ntok[r] = int(self.r_ntok[slot]) + lag
+        self.generated[r] = int(self.r_gen[slot]) + lag
+        self.blocks[r] = 0
+        lz.residues[base % self.bs] -= 1
+        lz.ctx0 -= base
+        lz.alive -= 1
+        self.r_alive[slot] = False
+        if self.record_tokens:
+            join = int(self.r_join[slot])
+            self.tok_req.append(np.full(lag - join + 1, r, dtype=np.int64))
+            self.tok_time.append(np.asarray(lz.ends[join - 1 : lag]))
+        return -(-(base + lag) // self.bs)
+
+    def mark_scheduled(self, r: int, clock: float) -> None:
+        if np.isnan(self.first_sched[r]):
+            self.first_sched[r] = clock
+        elif self.npre[r]:
+            self.resumes.append((r, clock))
+
+    def plain_step(self) -> None:
+        """One engine step the general way (vLLM's running loop, then the waiting loop)."""
+        bs, waiting, cost, clock = self.bs, self.waiting, self.cost, self.clock
+        r_id, r_comp, r_ntok, r_gen = self.r_id, self.r_comp, self.r_ntok, self.r_gen
+        r_tgt, r_blk, r_first = self.r_tgt, self.r_blk, self.r_first
+        nr, free = self.nr, self.free
+        budget = self.max_batched
         preempted = 0
         kv_blocked = False
         budget_limited = False
         q: IntArray = EMPTY
         need: IntArray = EMPTY
         all_decode = False
+        total_need = 0
         if nr:
             comp = r_comp[:nr]
             need = r_ntok[:nr] - comp
@@ -391,23 +457,25 @@ def simulate(
                 free -= total_new
                 budget -= int(np.add.reduce(q)) if budget_limited else total_need
             else:
-                store(nr)
+                self.store()
                 running = r_id[:nr].tolist()
                 sched, budget, free, preempted = schedule_running(
-                    running, waiting, ntok, computed, blocks, prio, arrival,
-                    npre, pre_t, pre_r, clock, budget, free, bs, policy_priority,
+                    running, waiting, self.ntok, self.computed, self.blocks, self.prio,
+                    self.arrival, self.npre, self.pre_t, self.pre_r, clock, budget, free, bs,
+                    self.policy_priority,
                 )  # fmt: skip
-                nr = load(running)
+                self.load(running)
+                nr = self.nr
                 q = np.fromiter((sched.get(r, 0) for r in running), dtype=np.int64, count=nr)
                 need = r_ntok[:nr] - r_comp[:nr]
                 budget_limited = True
 
         admitted_q: list[int] = []
         if not preempted:
-            while len(waiting) and budget > 0 and nr < max_seqs:
+            while len(waiting) and budget > 0 and nr < self.max_seqs:
                 r = waiting.peek()
-                tokens = int(ntok[r])  # waiting requests have computed nothing (recompute)
-                if not chunked and tokens > budget:
+                tokens = int(self.ntok[r])  # waiting requests have computed nothing
+                if not self.chunked and tokens > budget:
                     break
                 tokens = min(tokens, budget)
                 nb = -(-tokens // bs)
@@ -419,17 +487,14 @@ def simulate(
                 budget -= tokens
                 r_id[nr] = r
                 r_comp[nr] = 0
-                r_ntok[nr] = ntok[r]
-                r_gen[nr] = generated[r]
-                r_tgt[nr] = target[r]
+                r_ntok[nr] = self.ntok[r]
+                r_gen[nr] = self.generated[r]
+                r_tgt[nr] = self.target[r]
                 r_blk[nr] = nb
-                r_first[nr] = not np.isnan(first_tok[r])
+                r_first[nr] = not np.isnan(self.first_tok[r])
                 nr += 1
                 admitted_q.append(tokens)
-                if np.isnan(first_sched[r]):
-                    first_sched[r] = clock
-                elif npre[r]:
-                    resumes.append((r, clock))
+                self.mark_scheduled(r, clock)
         if admitted_q:
             k = len(admitted_q)
             q = np.concatenate([q, np.asarray(admitted_q, dtype=np.int64)])
@@ -450,107 +515,107 @@ def simulate(
             fresh = ~r_first[:nr]
             if fresh.any():  # a prefill whose last chunk was one token
                 ids = r_id[:nr][fresh]
-                first_tok[ids] = end
-                first_prompt = int(np.add.reduce(prompt[ids]))
+                self.first_tok[ids] = end
+                first_prompt = int(np.add.reduce(self.prompt[ids]))
                 r_first[:nr] = True
-            if record_tokens:
-                tok_req.append(r_id[:nr].copy())
-                tok_time.append(np.full(nr, end))
+            if self.record_tokens:
+                self.tok_req.append(r_id[:nr].copy())
+                self.tok_time.append(np.full(nr, end))
             done = gen_view >= r_tgt[:nr]
             n_done = int(np.count_nonzero(done))
         else:
             n_tokens, decode_tokens, n_prod, first_prompt, n_done, end, done = mixed_step(
                 nr, q, need, budget_limited, preempted, r_id, r_comp, r_ntok, r_gen, r_tgt,
-                r_first, first_tok, prompt, cost, clock, record_tokens, tok_req, tok_time,
+                r_first, self.first_tok, self.prompt, cost, clock, self.record_tokens,
+                self.tok_req, self.tok_time,
             )  # fmt: skip
             if n_tokens == 0:
-                if preempted:
-                    # Everything was preempted this step; the next step re-admits from waiting.
-                    log.add(clock, clock, nr, len(waiting), cap.num_gpu_blocks - free,
-                            0, 0, 0, 0, preempted, False, 0)  # fmt: skip
-                    continue
-                raise ConfigError(  # an invariant of the model, not a user error
-                    f"simulator stalled at t={clock:.3f}s with {len(waiting)} waiting requests"
-                )
+                if not preempted:
+                    raise ConfigError(  # an invariant of the model, not a user error
+                        f"simulator stalled at t={clock:.3f}s with {len(waiting)} waiting"
+                    )
+                # Everything was preempted this step; the next step re-admits from waiting.
+                self.nr, self.free = nr, free
+                self.log.add(clock, clock, nr, len(waiting), self.total_blocks - free,
+                             0, 0, 0, 0, preempted, False, 0)  # fmt: skip
+                return
         if n_done:
             ids = r_id[:nr][done]
-            finish[ids] = end
-            generated[ids] = r_gen[:nr][done]
-            computed[ids] = r_comp[:nr][done]
-            ntok[ids] = r_ntok[:nr][done]
+            self.finish[ids] = end
+            self.generated[ids] = r_gen[:nr][done]
+            self.computed[ids] = r_comp[:nr][done]
+            self.ntok[ids] = r_ntok[:nr][done]
             free += int(np.add.reduce(r_blk[:nr][done]))
-            blocks[ids] = 0
+            self.blocks[ids] = 0
             keep = ~done
             k = nr - n_done
             for arr in (r_id, r_comp, r_ntok, r_gen, r_tgt, r_blk, r_first):
                 arr[:k] = arr[:nr][keep]
             nr = k
 
-        log.add(clock, end, nr, len(waiting), cap.num_gpu_blocks - free, n_tokens,
-                n_tokens - decode_tokens, first_prompt, n_prod, preempted, kv_blocked,
-                n_done)  # fmt: skip
-        clock = end
-
-        if (
-            fast_forward
-            and not preempted
-            and not admitted_q
-            and not n_done
-            and decode_tokens == n_tokens == nr
-        ):
-            # Nothing changes but token counts until the next arrival, completion or block
-            # shortage: run those steps in one go (same arithmetic, step by step times).
-            limit = until if until is not None else np.inf
-            if next_arr < n:
-                limit = min(limit, float(arrival[next_arr]))
-            # Decode steps only get longer, so fewer than 3 fit before the limit when the gap
-            # is under 3 of the last step: not worth the attempt.
-            if limit - clock > 3.0 * (end - log.start[-1]):
-                ff = fast_forward_decode(
-                    nr, r_comp, r_gen, r_ntok, r_blk, r_tgt, cost, bs, free, clock, limit
-                )
-                if ff is not None:
-                    ends_ff, used_new = ff
-                    m = len(ends_ff)
-                    free -= int(used_new[-1])
-                    used_before = cap.num_gpu_blocks - free - int(used_new[-1])
-                    log.add_decode_run(clock, ends_ff, nr, len(waiting), used_before + used_new,
-                                       kv_blocked)  # fmt: skip
-                    if record_tokens:
-                        tok_req.append(np.tile(r_id[:nr], m))
-                        tok_time.append(np.repeat(ends_ff, nr))
-                    clock = float(ends_ff[-1])
-        if fast_forward and all_decode and not admitted_q and nr:
+        self.log.add(clock, end, nr, len(waiting), self.total_blocks - free, n_tokens,
+                     n_tokens - decode_tokens, first_prompt, n_prod, preempted, kv_blocked,
+                     n_done)  # fmt: skip
+        self.nr, self.free, self.clock = nr, free, end
+        quiet = not preempted and not admitted_q
+        if self.shortcuts and quiet and not n_done and decode_tokens == n_tokens == nr:
+            self.fast_forward(end - clock, kv_blocked)
+        if self.shortcuts and quiet and all_decode and nr:
             # The batch is decode-only and every request has its first token: go lazy.
-            go_lazy(nr)
-    else:
-        raise ConfigError(f"simulation exceeded max_steps={max_steps}")
-    nr = flush()
-    store(nr)
+            self.go_lazy()
 
-    if record_tokens and tok_req:
-        token_request = np.concatenate(tok_req).astype(np.int64)
-        token_time = np.concatenate(tok_time)
-    else:
-        token_request = np.zeros(0, dtype=np.int64)
-        token_time = np.zeros(0, dtype=np.float64)
+    def fast_forward(self, last_step: float, kv_blocked: bool) -> None:
+        """Run the quiet decode steps before the next arrival, completion or block shortage.
 
-    return SimResult(
-        config=config,
-        capacity=cap,
-        workload=workload,
-        prompt_len=prompt,
-        output_len=target,
-        steps=log.series(),
-        first_scheduled=first_sched,
-        first_token=first_tok,
-        finish=finish,
-        num_preemptions=npre,
-        preempt_time=np.asarray(pre_t, dtype=np.float64),
-        preempt_request=np.asarray(pre_r, dtype=np.int64),
-        resume_time=resume_times(pre_r, resumes, n),
-        token_request=token_request,
-        token_time=token_time,
-        end_time=clock,
-        clamped_requests=clamped,
-    )
+        Same arithmetic as step by step, in one numpy pass.
+        """
+        clock, nr = self.clock, self.nr
+        limit = self.until if self.until is not None else np.inf
+        if self.next_arr < self.n:
+            limit = min(limit, float(self.arrival[self.next_arr]))
+        # Decode steps only get longer, so fewer than 3 fit before the limit when the gap is
+        # under 3 of the last step: not worth the attempt.
+        if limit - clock <= 3.0 * last_step:
+            return
+        ff = fast_forward_decode(
+            nr, self.r_comp, self.r_gen, self.r_ntok, self.r_blk, self.r_tgt, self.cost,
+            self.bs, self.free, clock, limit,
+        )  # fmt: skip
+        if ff is None:
+            return
+        ends, used_new = ff
+        self.free -= int(used_new[-1])
+        used_before = self.total_blocks - self.free - int(used_new[-1])
+        self.log.add_decode_run(clock, ends, nr, len(self.waiting), used_before + used_new,
+                                kv_blocked)  # fmt: skip
+        if self.record_tokens:
+            self.tok_req.append(np.tile(self.r_id[:nr], len(ends)))
+            self.tok_time.append(np.repeat(ends, nr))
+        self.clock = float(ends[-1])
+
+    def result(self) -> SimResult:
+        if self.record_tokens and self.tok_req:
+            token_request = np.concatenate(self.tok_req).astype(np.int64)
+            token_time = np.concatenate(self.tok_time)
+        else:
+            token_request = np.zeros(0, dtype=np.int64)
+            token_time = np.zeros(0, dtype=np.float64)
+        return SimResult(
+            config=self.config,
+            capacity=self.cap,
+            workload=self.workload,
+            prompt_len=self.prompt,
+            output_len=self.target,
+            steps=self.log.series(),
+            first_scheduled=self.first_sched,
+            first_token=self.first_tok,
+            finish=self.finish,
+            num_preemptions=self.npre,
+            preempt_time=np.asarray(self.pre_t, dtype=np.float64),
+            preempt_request=np.asarray(self.pre_r, dtype=np.int64),
+            resume_time=resume_times(self.pre_r, self.resumes, self.n),
+            token_request=token_request,
+            token_time=token_time,
+            end_time=self.clock,
+            clamped_requests=self.clamped,
+        )
