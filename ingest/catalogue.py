@@ -519,10 +519,21 @@ REQUEST_ROWS: tuple[LineFormat, ...] = (
         bare_ok=False,
     ),
     LineFormat(
+        "request_aborted",
+        "requests",
+        "Request ",
+        r"Request (?P<request_id>\S+) aborted\.",
+        "v0.8.5 – v0.33.0",
+        "(APIServer pid=1) INFO 11-07 08:51:02 [async_llm.py:470] Request"
+        " cmpl-4d1abf620f01dad2f8fd2946e6d0ee3a-0 aborted.",
+        constants={"event": "aborted"},
+        bare_ok=False,
+    ),
+    LineFormat(
         "failed",
         "requests",
         "Request ",
-        r"Request (?P<request_id>\S+) (?:aborted\.|failed)",
+        r"Request (?P<request_id>\S+) failed",
         "v0.8.5 – v0.33.0",
         "(APIServer pid=1) ERROR 11-07 08:51:02 [async_llm.py:480] Request"
         " cmpl-4d1abf620f01dad2f8fd2946e6d0ee3a-0 failed (engine dead).",

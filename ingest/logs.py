@@ -81,7 +81,7 @@ _REC_COLS = ("process", "pid", "level")
 _ANSI_LITERALS = ["\x1b", "#033[", "[0m", "[0;0m"]
 # Request rows whose message starts right after the `[file:line] ` of a vLLM header: a
 # literal check (Aho-Corasick) instead of a regex over the biggest lines of a V0 log.
-_REQ_STARTS = [f"] {row.literal}" for row in cat.REQUEST_ROWS if row.name != "failed"]
+_REQ_STARTS = [f"] {row.literal}" for row in cat.REQUEST_ROWS if row.literal != "Request "]
 _BLANK_STARTS = (" ", "\t", "\n", "\r", "\x0b", "\x0c")
 _PY_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.PYTHON_ROWS}))
 _STATS_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.STATS_ROWS}))
@@ -445,12 +445,13 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         good, bad = split(candidates, candidates["hdr"] == 1)
         claim("requests", good.drop("hdr"))
         odd_parts.append(bad.drop("hdr"))  # glued records or no header: per line
+    # `Request X aborted./failed …` (rare, several events per lead): per line when valid.
     candidates, rest = split(rest, rest["raw"].str.contains(_REQ_LIT))
     if candidates.height:
         good, bad = split(
             candidates, (candidates["hdr"] == 1) & candidates["raw"].str.contains(_REQ_VALID)
         )
-        claim("requests", good.drop("hdr"))
+        odd_parts.append(good.drop("hdr"))
         rest = pl.concat([rest, bad])
     # 5. everything else: blank, one vLLM header (other), uvicorn's own lines, or odd.
     if rest.height:
