@@ -8,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from preemptscope.dashboards.html import plotly_js, render_report_html, write_report_html
+from preemptscope.dashboards.html import (
+    plotly_js,
+    render_report_html,
+    static_text,
+    write_report_html,
+)
 
 from preemptscope.errors import InputError
 from tests.dashboards.conftest import Watched, plotted
@@ -126,4 +131,37 @@ def test_long_series_are_downsampled_and_zoom_brings_back_every_window(
         "document.getElementById('fig-0-timeline').data.find(t => t.name === 'running')"
         ".y.length > 1000"
     )
+    assert watched.console_errors == []
+
+
+@pytest.mark.integration
+def test_min_max_slice_keeps_extremes_order_and_gaps(watched: Watched) -> None:
+    page = watched.page
+    page.set_content(f"<script>{static_text('plots.js')}</script>")
+    out = page.evaluate(
+        """() => {
+        const s = window.preemptscopePlots.slice;
+        const full = [];
+        for (let i = 0; i < 3000; i++) full.push(i >= 1000 && i < 1500 ? null : (i % 7));
+        full[2500] = 99;  // a one-window spike
+        full[2600] = -5;
+        return {
+            few: s([1, null, 3], 0, 10, 0, 3, 500),
+            many: s(full, 1000, 10, 0, 3000, 500),
+        };
+    }"""
+    )
+    assert out["few"] == {"x": [0, 10, 20], "y": [1, None, 3]}  # short: drawn as is
+    many = out["many"]
+    assert len(many["y"]) <= 1000
+    assert max(y for y in many["y"] if y is not None) == 99
+    assert min(y for y in many["y"] if y is not None) == -5
+    assert many["x"] == sorted(many["x"])  # min and max of a bucket kept in time order
+    # An all-empty stretch stays a gap (null), never zero.
+    gap = [
+        y
+        for x, y in zip(many["x"], many["y"], strict=True)
+        if 1000 + 10 * 1000 <= x < 1000 + 10 * 1500
+    ]
+    assert gap and all(y is None for y in gap)
     assert watched.console_errors == []
