@@ -184,6 +184,15 @@ class SourceSummary:
 
 
 @dataclass(frozen=True)
+class Event:
+    """A moment that changes how the windows around it read; the timeline marks each one."""
+
+    time: datetime
+    kind: Literal["restart", "config_change"]
+    message: str  # e.g. "engine restarted (counters reset)", "max_num_seqs 256 -> 64"
+
+
+@dataclass(frozen=True)
 class DeploymentReport:
     name: str
     verdict: Verdict
@@ -194,6 +203,7 @@ class DeploymentReport:
     episodes: list[Episode]
     correlation: Correlation
     sources: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)  # restarts and config changes, by time
 
 
 @dataclass(frozen=True)
