@@ -533,7 +533,18 @@ def _finish(
     deployment: str,
     options: ParseOptions,
     state: ParseState,
+    line_offset: int = 0,
 ) -> LogFrames:
+    """Date a routed batch in order and assemble its frames.
+
+    `line_offset` is added to every line number (chunks are routed with local numbers, since
+    the line count of earlier chunks is only known once they are split).
+    """
+    if line_offset:
+        batch.frames = {
+            kind: [part.with_columns(pl.col("line") + line_offset) for part in parts]
+            for kind, parts in batch.frames.items()
+        }
     result = LogFrames(source=source, deployment=deployment, timezone=options.tz)
     result.accounting = batch.accounting
     result.summarized = dict(batch.summarized)
@@ -715,12 +726,6 @@ def _last_line(chunk: memoryview) -> str:
     return bytes(chunk[start:end]).decode("utf-8", "replace")
 
 
-def _line_count(chunk: memoryview) -> int:
-    data = chunk.obj if isinstance(chunk.obj, (bytes, bytearray)) else bytes(chunk)
-    count = data.count(b"\n", 0, len(chunk))
-    return count + (1 if len(chunk) and chunk[-1] != 10 else 0)
-
-
 def iter_parse_path(
     path: str | Path,
     *,
@@ -745,30 +750,34 @@ def iter_parse_path(
     opts = _options_for(name, options)
     state = ParseState()
     threads = workers if workers is not None else max(1, min(2, os.cpu_count() or 1))
-    next_line = 1
     previous: str | None = None
     in_flight: deque[Future[_Batch]] = deque()
+    next_line = 1
+
+    def finish(future: Future[_Batch]) -> LogFrames:
+        nonlocal next_line
+        batch = future.result()
+        frames = _finish(
+            batch,
+            source=name,
+            deployment=dep,
+            options=opts,
+            state=state,
+            line_offset=next_line - 1,
+        )
+        next_line += batch.accounting.lines
+        return frames
+
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for chunk in iter_chunks(name, chunk_bytes, _lines.may_continue):
             if progress is not None:
                 progress(len(chunk))
-            in_flight.append(
-                pool.submit(_route_chunk, chunk, next_line, previous, not summary_only)
-            )
-            next_line += _line_count(chunk)
+            in_flight.append(pool.submit(_route_chunk, chunk, 1, previous, not summary_only))
             previous = _last_line(chunk)
             while len(in_flight) > threads:
-                yield _finish(
-                    in_flight.popleft().result(),
-                    source=name,
-                    deployment=dep,
-                    options=opts,
-                    state=state,
-                )
+                yield finish(in_flight.popleft())
         while in_flight:
-            yield _finish(
-                in_flight.popleft().result(), source=name, deployment=dep, options=opts, state=state
-            )
+            yield finish(in_flight.popleft())
 
 
 def parse_path(
