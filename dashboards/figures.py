@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Protocol
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from preemptscope.analysis.report import DeploymentReport, Episode, Window
+from preemptscope.analysis.report import DeploymentReport, Episode, Event, Window
 
 KV_HIGH = 0.9  # vLLM's usual "getting full" mark
 KV_FULL = 0.98  # at or above this, the next block allocation preempts
@@ -206,7 +206,8 @@ def _preemption_traces(windows: Sequence[Window], axis: TimeAxis, row: int) -> l
             **axis.trace_x(),
         }
         if n <= BAR_LIMIT:
-            marker: dict[str, Any] = {"color": COLORS[quality]}
+            # No outline: the template's white edge washes out thin bars.
+            marker: dict[str, Any] = {"color": COLORS[quality], "line": {"width": 0}}
             if pattern:
                 marker["pattern"] = {"shape": pattern, "fgcolor": "white", "solidity": 0.3}
             traces.append(go.Bar(y=values, width=axis.width_ms, marker=marker, **common))
@@ -359,6 +360,51 @@ def _episode_band(windows: Sequence[Window], axis: TimeAxis) -> Any:
     )
 
 
+EVENT_STYLE = {
+    "restart": ("engine restart", "#000000", "triangle-down"),
+    "config_change": ("config change", "#8c564b", "diamond"),
+}
+
+
+def _event_marks(events: Sequence[Event]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """A dashed line through every row per event, and a hoverable marker per kind on top."""
+    shapes: list[dict[str, Any]] = []
+    traces: list[Any] = []
+    for kind, (label, color, symbol) in EVENT_STYLE.items():
+        mine = [e for e in events if e.kind == kind]
+        if not mine:
+            continue
+        if len(events) <= SHAPE_LIMIT:
+            shapes += [
+                {
+                    "type": "line",
+                    "xref": "x",
+                    "yref": "paper",
+                    "x0": plot_time(e.time),
+                    "x1": plot_time(e.time),
+                    "y0": 0,
+                    "y1": 1,
+                    "line": {"color": color, "width": 1, "dash": "dot"},
+                    "name": label,
+                }
+                for e in mine
+            ]
+        traces.append(
+            _scatter(
+                len(mine),
+                x=[plot_time(e.time) for e in mine],
+                y=[1.03] * len(mine),
+                text=[plot_text(e.message) for e in mine],
+                mode="markers",
+                name=label,
+                marker={"color": color, "symbol": symbol, "size": 10},
+                hovertemplate=f"{label}: %{{text}}<extra></extra>",
+                cliponaxis=False,
+            )
+        )
+    return shapes, traces
+
+
 def timeline_figure(dep: DeploymentReport) -> go.Figure:
     """KV usage, requests, preemptions and latency over time, over-capacity episodes shaded."""
     windows = dep.windows
@@ -459,6 +505,10 @@ def timeline_figure(dep: DeploymentReport) -> go.Figure:
             annotation_font_size=10,
             exclude_empty_subplots=False,  # traces are added at the end (see _assemble)
         )
+    event_shapes, event_traces = _event_marks(dep.events)
+    rows += [(trace, 1) for trace in event_traces]
+    if event_shapes:
+        fig.update_layout(shapes=[*fig.layout.shapes, *event_shapes])
     if 0 < len(dep.episodes) <= SHAPE_LIMIT:
         fig.update_layout(shapes=[*fig.layout.shapes, *_episode_shapes(dep.episodes)])
         # Shapes have no legend entry: a stand-in trace explains the shading.

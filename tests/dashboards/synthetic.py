@@ -17,6 +17,7 @@ from preemptscope.analysis.report import (
     CountQuality,
     DeploymentReport,
     Episode,
+    Event,
     Evidence,
     LatencyMetric,
     LatencyStats,
@@ -133,6 +134,7 @@ def make_deployment(
     model: str = "meta-llama/Llama-3.1-8B-Instruct",
     evidence_text: str = "",
     quality: CountQuality = "exact",
+    with_events: bool = False,
 ) -> DeploymentReport:
     windows = make_windows(count, seconds=seconds, quality=quality)
     episodes = episodes_of(windows)
@@ -195,6 +197,16 @@ def make_deployment(
             best_lag_rho=0.84,
         ),
         sources=["/var/log/vllm/server.log"],
+        events=[
+            Event(windows[len(windows) // 3].start, "restart", "engine restarted " + evidence_text),
+            Event(
+                windows[2 * len(windows) // 3].start,
+                "config_change",
+                "max_num_seqs 256 -> 64 " + evidence_text,
+            ),
+        ]
+        if with_events and len(windows) >= 3
+        else [],
     )
 
 
@@ -214,6 +226,7 @@ def make_report(
             seconds=seconds,
             model="meta-llama/Llama-3.1-8B-Instruct" + payload,
             evidence_text=payload,
+            with_events=hostile,
         )
         for i in range(deployments)
     ]

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from preemptscope.analysis.report import DeploymentReport, Window
+from preemptscope.analysis.report import DeploymentReport, Event, Window
 from preemptscope.dashboards import figures as F
 
 from tests.dashboards.synthetic import START, XSS, latency, make_deployment, make_report
@@ -271,3 +271,24 @@ def test_simulator_sweep_feeds_the_capacity_figure() -> None:
     d = F.capacity_figure(make_deployment(count=30), points).to_dict()
     bars = next(t for t in d["data"] if t["name"] == "predicted preemptions")
     assert bars["x"] == [8, 64] and bars["y"] == [p.preemptions for p in points]
+
+
+def test_restarts_and_config_changes_are_marked() -> None:
+    dep = make_deployment(count=60)
+    at = dep.windows[10].start
+    dep = replace(
+        dep,
+        events=[
+            Event(at, "restart", "engine restarted <b>(counters reset)</b>"),
+            Event(at + timedelta(minutes=3), "config_change", "max_num_seqs 256 -> 64"),
+        ],
+    )
+    fig = F.timeline_figure(dep)
+    lines = [s for s in fig.to_dict()["layout"]["shapes"] if s.get("name") == "engine restart"]
+    assert len(lines) == 1 and lines[0]["x0"] == F.plot_time(at) and lines[0]["yref"] == "paper"
+    data = traces(fig)
+    assert data["engine restart"]["text"] == [
+        "engine restarted &lt;b&gt;(counters reset)&lt;/b&gt;"
+    ]
+    assert data["config change"]["x"] == [F.plot_time(at + timedelta(minutes=3))]
+    assert data["config change"]["yaxis"] == "y"
