@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -169,31 +170,77 @@ def follow_phase(url: str, pid: int, writer: Writer, seconds: float) -> dict[str
     }
 
 
-async def load_phase(url: str, clients: int, seconds: float, name: str) -> dict[str, Any]:
+class Connection:
+    """A minimal HTTP/1.1 keep-alive client on asyncio streams: the load generator must cost
+    far less than the server it loads (httpx's pool alone saturated a core at 100 clients)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def get(self, path: str) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        await self.reader.readexactly(length)
+        return status
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+
+
+async def load_phase(
+    url: str, clients: int, seconds: float, name: str, per_client_rate: float | None
+) -> dict[str, Any]:
+    """`clients` concurrent keep-alive clients on three routes. Open loop (`per_client_rate`
+    requests/s each, like dashboards and Prometheus servers polling) measures latency at a
+    given load; closed loop (None: each client sends its next request as soon as the last
+    returns) measures saturation throughput, where latency is mostly queueing."""
+    host, port = url.removeprefix("http://").split(":")
     paths = ["/metrics", "/api/deployments", f"/api/deployments/{name}"]
     timings: dict[str, list[float]] = {p: [] for p in paths}
     errors: dict[str, int] = dict.fromkeys(paths, 0)
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     deadline = time.monotonic() + seconds
 
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
-
-        async def worker(offset: int) -> None:
-            i = offset
+    async def worker(offset: int) -> None:
+        connection = Connection(host, int(port))
+        i = offset
+        if per_client_rate:  # spread the clients' first requests over one period
+            await asyncio.sleep(offset / clients / per_client_rate)
+        next_at = time.monotonic()
+        try:
             while time.monotonic() < deadline:
+                if per_client_rate:
+                    next_at += 1.0 / per_client_rate
                 path = paths[i % len(paths)]
                 i += 1
                 started = time.perf_counter()
                 try:
-                    response = await client.get(path)
-                    ok = response.status_code == 200
-                except httpx.HTTPError:
+                    ok = await connection.get(path) == 200
+                except (OSError, asyncio.IncompleteReadError, ValueError):
                     ok = False
+                    await connection.close()
+                    connection = Connection(host, int(port))
                 timings[path].append(time.perf_counter() - started)
                 if not ok:
                     errors[path] += 1
+                if per_client_rate:
+                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+        finally:
+            await connection.close()
 
-        await asyncio.gather(*(worker(k) for k in range(clients)))
+    await asyncio.gather(*(worker(k) for k in range(clients)))
     return {
         path: {
             "requests": len(values),
@@ -225,6 +272,9 @@ def main() -> int:
     parser.add_argument("--follow-seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=1000.0, help="lines/s in the follow phase")
     parser.add_argument("--load-rate", type=float, default=100.0, help="lines/s during load")
+    parser.add_argument(
+        "--per-client-rate", type=float, default=1.0, help="requests/s per client (open loop)"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="preemptscope-bench-") as tmp:
@@ -245,7 +295,11 @@ def main() -> int:
             writer.start()
             follow = follow_phase(url, server.pid, writer, args.follow_seconds)
             writer.rate = args.load_rate
-            load = asyncio.run(load_phase(url, args.clients, args.load_seconds, "bench"))
+            rate = args.per_client_rate
+            load = asyncio.run(load_phase(url, args.clients, args.load_seconds, "bench", rate))
+            saturation = asyncio.run(
+                load_phase(url, args.clients, args.load_seconds, "bench", None)
+            )
             writer.stop.set()
             writer.join(timeout=5)
         finally:
@@ -255,18 +309,23 @@ def main() -> int:
         "clients": args.clients,
         "load_seconds": args.load_seconds,
         "follow": follow,
-        "load": load,
+        "load_open_loop": {"per_client_rate": args.per_client_rate, "routes": load},
+        "load_closed_loop": saturation,
         "cpus": os.cpu_count(),
     }
     print(json.dumps(summary, indent=2))
     print()
-    print("| endpoint | requests | errors | req/s | p50 | p99 |")
-    print("|---|---|---|---|---|---|")
-    for path, row in load.items():
-        print(
-            f"| `{path}` | {row['requests']} | {row['errors']} | {row['per_s']:.0f} "
-            f"| {row['p50_ms']:.1f} ms | {row['p99_ms']:.1f} ms |"
-        )
+    print("| load | endpoint | requests | errors | req/s | p50 | p99 |")
+    print("|---|---|---|---|---|---|---|")
+    for label, rows in (
+        (f"{args.clients} clients x {args.per_client_rate:g} req/s", load),
+        (f"{args.clients} clients, closed loop", saturation),
+    ):
+        for path, row in rows.items():
+            print(
+                f"| {label} | `{path}` | {row['requests']} | {row['errors']} "
+                f"| {row['per_s']:.0f} | {row['p50_ms']:.1f} ms | {row['p99_ms']:.1f} ms |"
+            )
     lat = follow["follow_latency_s"]
     cpu = follow["cpu_fraction_of_one_core"]
     print(
