@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from preemptscope.dashboards.figures import STATE_LABELS
 from preemptscope.dashboards.html import (
     plotly_js,
     render_report_html,
@@ -165,3 +166,27 @@ def test_min_max_slice_keeps_extremes_order_and_gaps(watched: Watched) -> None:
     ]
     assert gap and all(y is None for y in gap)
     assert watched.console_errors == []
+
+
+@pytest.mark.integration
+def test_demo_pipeline_report_renders(tmp_path: Path, watched: Watched) -> None:
+    """Simulator logs → ingest → analysis → this HTML, through the real CLI."""
+    from preemptscope.cli import main
+
+    out = tmp_path / "demo"
+    html = tmp_path / "demo.html"
+    code = main(
+        ["demo", "--out", str(out), "--duration", "3m", "--window", "10s", "--html", str(html)]
+    )
+    assert code == 0
+    figures = figures_block(html.read_text())
+    assert len(figures) == 6  # two deployments × three figures
+    page = watched.page
+    page.goto(html.as_uri())
+    page.wait_for_function("window.__preemptscopeRendered !== undefined", timeout=30_000)
+    graphs = plotted(page)
+    assert len(graphs) == 6 and all(g["traces"] > 0 for g in graphs)
+    badges = page.locator("ul.deployments .badge").all_text_contents()
+    assert len(badges) == 2 and set(badges) <= set(STATE_LABELS.values())
+    assert watched.console_errors == []
+    assert watched.foreign_requests() == []
