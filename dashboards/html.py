@@ -158,6 +158,15 @@ _LOADER = """
 """
 
 
+def _title(report: Report) -> str:
+    states = ", ".join(
+        f"{d.name} {STATE_LABELS.get(d.verdict.state, d.verdict.state).lower()}"
+        for d in report.deployments[:3]
+    )
+    more = f" +{len(report.deployments) - 3}" if len(report.deployments) > 3 else ""
+    return f"preemptscope: {states}{more}" if states else "preemptscope report"
+
+
 def render_report_html(
     report: Report, *, whatif: Mapping[str, Sequence[WhatIfInput]] | None = None
 ) -> str:
@@ -196,7 +205,7 @@ def render_report_html(
 <meta http-equiv="Content-Security-Policy" content="{csp}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="preemptscope">
-<title>preemptscope report</title>
+<title>{esc(_title(report))}</title>
 <style>{static_text("style.css")}</style>
 </head>
 <body>

@@ -51,6 +51,7 @@ def test_report_holds_figures_card_sources_and_parameters() -> None:
     assert "Lines read" in text and "480" in text  # 120*3+120 lines
     assert "v1" in text and "0.11.0" in text
     assert "<code>kv_high</code>" in text and "0.98" in text
+    assert "<title>preemptscope: llama-3.1-8b ok, llama-3.1-8b-1 ok</title>" in text
 
 
 def test_log_text_cannot_escape_into_markup_or_script() -> None:
