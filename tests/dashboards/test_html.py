@@ -191,3 +191,11 @@ def test_demo_pipeline_report_renders(tmp_path: Path, watched: Watched) -> None:
     assert len(badges) == 2 and set(badges) <= set(STATE_LABELS.values())
     assert watched.console_errors == []
     assert watched.foreign_requests() == []
+
+
+def test_empty_report_still_renders() -> None:
+    from preemptscope.analysis.report import Report
+
+    text = render_report_html(Report(deployments=[], sources=[]))
+    assert figures_block(text) == {}
+    assert "No sources." in text and "<title>preemptscope report</title>" in text
