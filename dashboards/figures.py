@@ -4,9 +4,10 @@ Every string that may come from a log (deployment and model names, evidence text
 HTML-escaped before it reaches Plotly: Plotly renders titles, hover text and annotations as a
 subset of HTML, so an unescaped `<a href=...>` or `<br>` from a log would be interpreted.
 
-Long ranges: a week of 10-s windows is ~60k points per series. Line series are WebGL
-(`scattergl`) at full resolution above `GL_LIMIT` points, so zooming shows every window; regular
-windows are sent as `x0`/`dx` instead of 60k timestamps per trace, which keeps the files small.
+Long ranges: a week of 10-s windows is ~60k points per series. Figures carry every window
+(WebGL `scattergl` above `GL_LIMIT` points); regular windows are sent as `x0`/`dx` instead of 60k
+timestamps per trace, which keeps the files small. The browser side (static/plots.js) draws long
+traces min/max-downsampled and redraws from the full data on zoom.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def plot_text(text: object) -> str:
 
 
 def plot_time(moment: datetime) -> str:
-    """A timestamp as Plotly reads it: UTC wall clock, no offset (Plotly ignores offsets)."""
+    """A timestamp as Plotly reads it: UTC wall clock without offset (Plotly has no time zones)."""
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC).replace(tzinfo=None)
     spec = "milliseconds" if moment.microsecond else "seconds"
