@@ -838,7 +838,13 @@ def verdict_card_html(dep: DeploymentReport) -> str:
         f'<section class="verdict-card state-{esc(state)}" data-state="{esc(state)}">',
         f'<h2><span class="badge state-{esc(state)}">{esc(STATE_LABELS.get(state, state))}</span> '
         f"{esc(dep.name)}</h2>",
-        f'<p class="summary">Problem: <b>{esc(verdict.problem)}</b> · {esc(counted)}'
+        '<p class="summary">'
+        + (
+            f"Problem: <b>{esc(verdict.problem)}</b> · "
+            if verdict.problem not in ("none", "unknown")
+            else ""
+        )
+        + f"{esc(counted)}"
         f" · {len(dep.episodes)} over-capacity episode{'s' if len(dep.episodes) != 1 else ''}"
         f" · {len(dep.windows)} windows</p>",
     ]
