@@ -232,3 +232,38 @@ def test_scrape_target_down_is_reported_not_fatal(tmp_path: Path) -> None:
         detail = client.get("/api/deployments/gone").json()
         assert detail["live"]["scrapes"][0]["up"] is False
         assert detail["live"]["scrapes"][0]["last_error"]
+
+
+def test_not_ready_and_internal_errors_use_the_error_shape() -> None:
+    from preemptscope.exporter.app import create_app
+    from preemptscope.exporter.live import Snapshot
+
+    from tests.exporter.conftest import LiveServer
+
+    empty = Snapshot(None, {}, {}, None, None, {})
+    broken = {"on": False}
+
+    def snapshot() -> Snapshot:
+        if broken["on"]:
+            raise RuntimeError("boom")
+        return empty
+
+    app = create_app(snapshot, is_ready=lambda: False)
+    with LiveServer(None, app) as live:
+        client = live.client()
+        for path in ("/readyz", "/api/deployments"):
+            response = client.get(path)
+            assert response.status_code == 503
+            assert response.json()["error"]["code"] == "not_ready"
+        broken["on"] = True
+        crash = client.get("/api/deployments")
+        assert crash.status_code == 500
+        assert crash.json() == {
+            "error": {
+                "status": 500,
+                "code": "internal_error",
+                "message": "internal error; see the service log",
+                "detail": None,
+            }
+        }
+        assert "boom" not in crash.text  # no internals leak to clients
