@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -139,6 +140,20 @@ def test_report_upload_matches_cli_and_limits(tmp_path: Path) -> None:
         big = client.post("/api/report", files={"log": ("big.log", b"x" * 300_000)})
         assert big.status_code == 413
         assert "limit" in big.json()["error"]["message"]
+
+        # A streamed (chunked) body without Content-Length is counted as it arrives.
+        def stream() -> Iterator[bytes]:
+            yield b'--x\r\nContent-Disposition: form-data; name="log"; filename="s.log"\r\n\r\n'
+            for _ in range(30):
+                yield b"y" * 10_000
+
+        chunked = client.post(
+            "/api/report",
+            content=stream(),
+            headers={"content-type": "multipart/form-data; boundary=x"},
+        )
+        assert chunked.status_code == 413
+        assert "content-length" not in chunked.request.headers
         binary = client.post("/api/report", files={"log": ("a.bin", b"\x00\x01\x02" * 10)})
         assert binary.status_code == 415
         assert "binary" in binary.json()["error"]["message"]
