@@ -61,12 +61,20 @@ class Service:
         self._ready = threading.Event()
         self._checkpoint_lock = threading.Lock()
         self.live: LiveState | None = None
+        self._saved: dict[str, Any] | None = None
         self.errors: list[str] = []
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    def open(self) -> None:
+        """Take the state directory and load the checkpoint; raises ConfigError (a clear
+        message before the server starts) when the directory is in use or damaged."""
+        if self._saved is None:
+            self._saved = self.store.open()
+
     def start(self) -> None:
-        saved = self.store.open()
+        self.open()
+        saved = self._saved or {}
         deployments = [t.deployment for t in self.settings.logs] + [
             t.deployment for t in self.settings.scrapes
         ]

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from preemptscope import settings as settings_mod
@@ -69,7 +70,16 @@ def run(args: argparse.Namespace) -> int:
     )
     if not config.logs and not config.scrapes:
         raise ConfigError("nothing to watch: give at least one --log PATH or --scrape URL")
-    _, app = build(config)
+    service, app = build(config)
+    service.open()  # a locked or damaged state directory fails here, with a clear message
+    for target in config.logs:
+        parent = Path(target.path).parent
+        if not parent.is_dir():
+            raise ConfigError(f"--log {target.path}: directory {parent} does not exist")
+        if not Path(target.path).exists():
+            logging.getLogger("preemptscope.serve").warning(
+                "%s does not exist yet; following it from when it appears", target.path
+            )
     if config.host not in ("127.0.0.1", "::1", "localhost") and config.token is None:
         logging.getLogger("preemptscope.serve").warning(
             "binding %s without --token: the API and dashboard are open to the network",
