@@ -193,9 +193,25 @@ def bulk_years(
     )
 
 
+def _wrapper_utc(wts: pl.Expr) -> pl.Expr:
+    """RFC3339 container timestamps (any fraction length, Z or an offset) as UTC."""
+    return (
+        wts.str.replace(r"(\.\d{6})\d+", "$1")
+        .str.replace(r"Z$", "+00:00")
+        .str.replace(",", ".", literal=True)
+        .str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%:z", strict=False, time_unit="us")
+        .dt.convert_time_zone("UTC")
+    )
+
+
 def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
-    """Replace the helper columns (_mon, _day, _hms, _wts, _ats) by a UTC `timestamp`."""
-    frame = frame.join(years.select("line", "_year"), on="line", how="left")
+    """Replace the helper columns (_mon, _day, _hms, _wts, _ats) by a UTC `timestamp`.
+
+    Local times repeat (many lines per second): each distinct one is parsed once. Container
+    timestamps are all distinct: the usual `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` form is cut and
+    parsed directly, only other forms go through the general RFC3339 path.
+    """
+    frame = frame.join(years.select("line", "_year"), on="line", how="left").with_row_index("_row")
     local_text = pl.concat_str(
         [
             pl.col("_year").cast(pl.String).str.zfill(4),
@@ -207,26 +223,30 @@ def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
             pl.col("_hms"),
         ]
     )
-    local = local_text.str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="us")
-    absolute = (
-        pl.col("_ats")
-        .str.replace(",", ".", literal=True)
+    absolute = pl.col("_ats").str.replace(",", ".", literal=True)
+    frame = frame.with_columns(pl.coalesce(absolute, local_text).alias("_local"))
+    distinct = frame.select(pl.col("_local").unique()).with_columns(
+        pl.col("_local")
         .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
-    )
-    to_utc = (
-        pl.coalesce(absolute, local)
         .dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
         .dt.convert_time_zone("UTC")
+        .alias("_local_utc")
     )
-    wrapper = (
-        pl.col("_wts")
-        .str.replace(r"(\.\d{6})\d+", "$1")
-        .str.replace(r"Z$", "+00:00")
-        .str.replace(",", ".", literal=True)
-        .str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%:z", strict=False, time_unit="us")
-        .dt.convert_time_zone("UTC")
+    frame = frame.join(distinct, on="_local", how="left", nulls_equal=True, maintain_order="left")
+    wts = pl.col("_wts")
+    zulu = (
+        pl.when(wts.str.ends_with("Z") & (wts.str.len_bytes() >= 27))
+        .then(wts.str.slice(0, 26))
+        .str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", strict=False, time_unit="us")
+        .dt.replace_time_zone("UTC")
     )
-    timestamp = pl.coalesce(wrapper, to_utc).cast(TIMESTAMP)
-    return frame.with_columns(timestamp.alias("timestamp")).drop(
-        "_mon", "_day", "_hms", "_wts", "_ats", "_year", "_bulk"
-    )
+    frame = frame.with_columns(zulu.alias("_wrapper"))
+    other = frame.filter(pl.col("_wrapper").is_null() & wts.is_not_null())
+    if other.height:
+        general = other.select(pl.col("_row"), _wrapper_utc(wts).alias("_general"))
+        frame = frame.join(general, on="_row", how="left", maintain_order="left").with_columns(
+            pl.coalesce("_wrapper", "_general").alias("_wrapper")
+        )
+    timestamp = pl.coalesce(pl.col("_wrapper"), pl.col("_local_utc")).cast(TIMESTAMP)
+    keep = [c for c in frame.columns if not c.startswith("_")]
+    return frame.with_columns(timestamp.alias("timestamp")).select(*keep, "timestamp")
