@@ -122,6 +122,8 @@ class TimeAxis:
     dx_ms: float | None
     x: list[str] | None
     width_ms: float  # window duration, for bar widths
+    origin: datetime | None = None  # grid: the first slot's time
+    step: timedelta | None = None  # grid: one slot
 
     def spread(self, values: Sequence[Any]) -> list[Any]:
         """Values per window → values per grid position, None where no window exists."""
@@ -136,6 +138,19 @@ class TimeAxis:
         if self.x is not None:
             return {"x": self.x}
         return {"x0": self.x0, "dx": self.dx_ms}
+
+    def markers(self, values: Sequence[Any]) -> dict[str, Any]:
+        """x and y of a marker series: when few windows have a value, only those (on a week's
+        grid the nulls alone would be ~300 kB per trace); else the shared encoding."""
+        present = [i for i, v in enumerate(values) if v is not None]
+        if len(present) * 4 >= len(values):
+            return {"y": self.spread(values), **self.trace_x()}
+        if self.x is not None:
+            xs = [self.x[i] for i in present]
+        else:
+            assert self.origin is not None and self.step is not None
+            xs = [plot_time(self.origin + self.step * self.slots[i]) for i in present]
+        return {"x": xs, "y": [values[i] for i in present]}
 
 
 def time_axis(windows: Sequence[Window]) -> TimeAxis:
@@ -154,13 +169,19 @@ def time_axis(windows: Sequence[Window]) -> TimeAxis:
     if regular and all(b > a for a, b in itertools.pairwise(slots)):
         size = slots[-1] + 1
         if size <= 2 * len(windows) + 16:
-            return TimeAxis(slots, size, plot_time(first + duration / 2), width_ms, None, width_ms)
+            mid = first + duration / 2
+            return TimeAxis(slots, size, plot_time(mid), width_ms, None, width_ms, mid, duration)
     mids = [plot_time(w.start + (w.end - w.start) / 2) for w in windows]
     return TimeAxis(list(range(len(windows))), len(windows), None, None, mids, width_ms)
 
 
 def _round(value: float | int | None, digits: int) -> float | None:
     return None if value is None else round(float(value), digits)
+
+
+def _sig(value: float | None, digits: int = 4) -> float | None:
+    """Latencies span 1 ms to minutes: keep significant digits, not decimals."""
+    return None if value is None else float(f"{value:.{digits}g}")
 
 
 def _scatter(n_points: int, **kwargs: Any) -> go.Scatter | go.Scattergl:
@@ -239,13 +260,12 @@ def _preemption_traces(windows: Sequence[Window], axis: TimeAxis, row: int) -> l
         traces.append(
             _scatter(
                 n,
-                y=axis.spread(ys),
                 mode="markers",
                 name=label,
                 legendgroup="preemptions",
                 marker={"color": COLORS[color], "symbol": symbol, "size": 8},
                 hovertemplate=f"{plot_text(label)}<extra></extra>",
-                **axis.trace_x(),
+                **axis.markers(ys),
             )
         )
     return [(trace, row) for trace in traces]
@@ -257,8 +277,8 @@ def _latency_traces(windows: Sequence[Window], axis: TimeAxis, row: int) -> list
     for metric in _latency_metrics(windows):
         label = METRIC_LABELS[metric]
         stats = [w.latency.get(metric) for w in windows]
-        p99 = [_round(s.p99, 5) if s else None for s in stats]
-        mean = [_round(s.mean, 5) if s else None for s in stats]
+        p99 = [_sig(s.p99) if s else None for s in stats]
+        mean = [_sig(s.mean) if s else None for s in stats]
         color = COLORS[metric]
         traces.append(
             _scatter(
@@ -292,7 +312,6 @@ def _latency_traces(windows: Sequence[Window], axis: TimeAxis, row: int) -> list
             traces.append(
                 _scatter(
                     n,
-                    y=axis.spread(limited),
                     mode="markers",
                     name=f"{label} p99 is a bucket bound",
                     legendgroup=f"lat-{metric}",
@@ -300,7 +319,7 @@ def _latency_traces(windows: Sequence[Window], axis: TimeAxis, row: int) -> list
                     hovertemplate=(
                         f"{label} p99 ≥ %{{y:.3f}} s (histogram bucket bound)<extra></extra>"
                     ),
-                    **axis.trace_x(),
+                    **axis.markers(limited),
                 )
             )
     return [(trace, row) for trace in traces]
@@ -481,12 +500,11 @@ def timeline_figure(dep: DeploymentReport) -> go.Figure:
             (
                 _scatter(
                     len(windows),
-                    y=axis.spread([w.waiting_max if w.queue_bound else None for w in windows]),
                     mode="markers",
                     name="queue-bound (KV to spare)",
                     marker={"color": COLORS["waiting"], "symbol": "diamond-open", "size": 7},
                     hovertemplate="queue-bound: %{y} waiting with KV to spare<extra></extra>",
-                    **axis.trace_x(),
+                    **axis.markers([w.waiting_max if w.queue_bound else None for w in windows]),
                 ),
                 2,
             )

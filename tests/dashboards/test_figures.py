@@ -113,11 +113,14 @@ def test_preemption_quality_is_drawn_apart() -> None:
     assert data["preemptions (lower bound)"]["y"] == [None, 50, None, None, None, None]
     assert data["preemptions (lower bound)"]["marker"]["pattern"]["shape"] == "/"
     assert data["preemptions (inferred count)"]["y"] == [None, None, None, 7, None, None]
+    # Sparse markers carry only their own windows (midpoints), not a grid of nulls.
     likely = data["likely preempting (inferred, no count)"]
-    assert likely["y"] == [None, None, 0, None, None, None]
-    assert data["forced preemptions (cache reset)"]["y"][4] == 0
+    assert (likely["x"], likely["y"]) == (["2026-03-02 00:00:25"], [0])
+    forced = data["forced preemptions (cache reset)"]
+    assert (forced["x"], forced["y"]) == (["2026-03-02 00:00:45"], [0])
     # A window without a count (index 5) is never drawn as a zero bar.
-    assert all(t["y"][5] is None for t in data.values() if "preempt" in t["name"])
+    assert all(t["y"][5] is None for t in data.values() if t.get("x0") and "preempt" in t["name"])
+    assert all("2026-03-02 00:00:55" not in t.get("x", []) for t in data.values())
 
 
 def test_bucket_limited_p99_is_marked() -> None:
@@ -147,6 +150,11 @@ def test_week_of_windows_uses_webgl_and_a_band() -> None:
     }
     assert data["preemptions (exact)"]["fill"] == "tozeroy"
     assert len(data["running"]["y"]) == F.BAR_LIMIT + 1  # full resolution, nothing dropped
+    bound = data["end-to-end p99 is a bucket bound"]  # sparse: its own windows only
+    limited = [w for w in dep.windows if w.latency["e2e"].bucket_limited]
+    assert len(bound["x"]) == len(bound["y"]) == len(limited) < len(dep.windows) / 4
+    assert bound["x"][0] == F.plot_time(limited[0].start + timedelta(seconds=5))
+    assert "x0" not in bound
     band = data["over-capacity window"]
     assert band["y"].count(1.05) == sum(w.over_capacity for w in dep.windows)
     assert not [s for s in fig.to_dict()["layout"]["shapes"] if s["type"] == "rect"]
