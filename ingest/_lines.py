@@ -395,7 +395,7 @@ def _record(text: str) -> tuple[Env, str, tuple[str, dict[str, Any]] | None]:
 
 def _has_envelope(text: str) -> bool:
     if text.startswith("{"):
-        return _json_line(text) is not None
+        return True  # a JSON object (even a broken one) starts a line of its own
     env, _ = _envelope(text)
     return env.known or env.process is not None or env.wts is not None
 
@@ -503,7 +503,7 @@ def may_continue(raw: str) -> bool:
     text = clean(raw)
     if not text.strip():
         return False
-    if len(text) >= WRAP_MIN and not text.endswith(TERMINAL):
+    if _open_ended(text):
         return True
     segment = _segments(text)[-1]
     _env, _message, found = _record(segment)
@@ -513,6 +513,16 @@ def may_continue(raw: str) -> bool:
 def is_continuation(previous: str, text: str) -> bool:
     """A hard-wrapped tail of a long record on the previous line (counted with that record)."""
     prev = clean(previous)
-    if len(prev) < WRAP_MIN or prev.endswith(TERMINAL) or not _has_envelope(prev):
+    if not _open_ended(prev) or not _has_envelope(prev):
         return False
     return not _has_envelope(text)
+
+
+_ACCESS_END_RE = regex.compile(cat.ACCESS_REQUEST + r"(?: [A-Za-z' -]*)?$", _FLAGS)
+
+
+def _open_ended(text: str) -> bool:
+    """A long line that does not end its record: no final punctuation, not an access line."""
+    if len(text) < WRAP_MIN or text.endswith(TERMINAL):
+        return False
+    return _ACCESS_END_RE.search(text) is None

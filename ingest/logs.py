@@ -377,6 +377,25 @@ class _Batch:
     summarized: dict[str, int]  # rows recognised but not extracted (summary mode)
 
 
+def _unwrap_json_file(raw: pl.Series) -> pl.Series:
+    """docker's json-file lines (`{"log": "...\\n", "stream": ..., "time": ...}`) as
+    `<time> <log>`, the form docker --timestamps prints, so they take the vectorised path.
+
+    Lines that do not decode (or carry no time) are left as they are for the per-line path.
+    """
+    frame = pl.DataFrame({"raw": raw})
+    wrapped = pl.col("raw").str.starts_with('{"log":')
+    log = pl.col("raw").str.json_path_match("$.log").str.strip_chars_end("\r\n")
+    time = pl.col("raw").str.json_path_match("$.time")
+    unwrapped = pl.concat_str([time, pl.lit(" "), log])
+    return frame.select(
+        pl.when(wrapped & unwrapped.is_not_null() & ~log.str.contains("\n", literal=True))
+        .then(unwrapped)
+        .otherwise(pl.col("raw"))
+        .alias("raw")
+    ).to_series()
+
+
 def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool) -> _Batch:
     """Route every line and extract the vectorised kinds; odd lines go to _lines.
 
@@ -392,6 +411,9 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
     )
     raw_c = pl.col("raw")
+    if raw.str.starts_with('{"log":').any():
+        raw = _unwrap_json_file(raw)
+        df = df.with_columns(raw)
     unusual = raw.str.contains_any([*_ANSI_LITERALS, "\r"])
     ansi = unusual & raw.str.contains_any(_ANSI_LITERALS) if unusual.any() else unusual
     if ansi.any():

@@ -133,3 +133,32 @@ def test_v1_v033_envelopes() -> None:
     assert frames["unrecognized"]["text"].to_list() == [
         "[rank0]: Traceback (most recent call last):"
     ]
+
+
+def test_docker_json_file_equals_docker_timestamps() -> None:
+    import json
+
+    from preemptscope.ingest.logs import parse_lines
+
+    plain = (ERA_LOGS / "v1_v010_docker.log").read_text(encoding="utf-8").splitlines()
+    wrapped = []
+    for line in plain:
+        stamp, _, rest = line.partition(" ")
+        wrapped.append(json.dumps({"log": rest + "\n", "stream": "stdout", "time": stamp}))
+    a = parse_lines(plain, source="s", deployment="d", options=ParseOptions(year=2025))
+    b = parse_lines(wrapped, source="s", deployment="d", options=ParseOptions(year=2025))
+    assert b.accounting == a.accounting
+    for kind in a.frames:
+        assert b[kind].equals(a[kind]), kind
+
+
+def test_lines_after_access_lines_are_not_continuations() -> None:
+    from preemptscope.ingest.logs import parse_lines
+
+    lines = [
+        '(APIServer pid=1) INFO:     10.0.0.1:5 - "GET /health HTTP/1.1" 404 Not Found',
+        "garbage that is no log line",
+        '{"log": broken json',
+    ]
+    frames = parse_lines(lines, source="s", deployment="d")
+    assert frames["unrecognized"]["line"].to_list() == [2, 3]
