@@ -33,6 +33,7 @@ FINGERPRINT_BYTES = 1024
 READ_CHUNK = 1 << 20
 MAX_READ_PER_POLL = 16 << 20  # keep one busy file from starving the others
 MAX_LINE_BYTES = 1 << 20  # a "line" longer than this is cut, so memory stays bounded
+LOST_GRACE_S = 10.0  # how long a truncated file's copy may take to appear
 FINISHED_KEPT = 10_000  # a safety cap; entries normally expire by age
 # File timestamps come from the kernel's coarse clock (a jiffy behind time.time()), and some
 # filesystems are coarser still: scans look this far before the previous one.
@@ -207,6 +208,8 @@ class FileFollower:
         # Siblings that looked like a copy of the current file being made (copytruncate in
         # flight); resolved once the current file's head changes.
         self._suspects: dict[tuple[int, int], tuple[str, bytes, float]] = {}
+        # Truncations whose copy was not found (yet): (what we had read, when).
+        self._lost: list[tuple[FileCheckpoint, float]] = []
         self._rotation_seen = False
 
     # -- public -------------------------------------------------------------------------
@@ -221,7 +224,7 @@ class FileFollower:
         self._rotation_seen = False
         self._check_current()
         blind = self._current is None or self._current.fp_len == 0
-        triggered = self._rotation_seen or blind or bool(self._suspects)
+        triggered = self._rotation_seen or blind or bool(self._suspects) or bool(self._lost)
         if self._last_scan_wall == 0.0:
             self._last_scan_wall = now  # first poll: what came before is not ours
         elif triggered or self._scan_again:
@@ -231,6 +234,7 @@ class FileFollower:
             since, self._last_scan_wall = self._last_scan_wall, now
             self._adopt_unknown_siblings(since)
         self._scan_again = triggered
+        self._expire_lost()
         for tracked in list(self._draining):
             self._read(tracked, final=False)
             if self._clock() - tracked.quiet_since >= self._drain_grace:
@@ -324,13 +328,19 @@ class FileFollower:
             os.close(fd)
         else:
             self._rotated("truncate")
-            if current.fp_len:
-                self.gaps += 1
-                LOG.warning(
-                    "%s was truncated and no copy of it was found next to it; lines written"
-                    " between the last read and the truncation may be missing",
-                    self.path,
+            if head:
+                # The copy may still show up (a rotation in flight): remember what we had
+                # read, and call it a gap only if it does not appear within LOST_GRACE_S.
+                lost = FileCheckpoint(
+                    dev=current.dev,
+                    inode=current.inode,
+                    offset=current.offset,
+                    line=current.line,
+                    fingerprint=_fingerprint(head),
+                    fp_len=len(head),
+                    key=current.key,
                 )
+                self._lost.append((lost, self._clock()))
         # An O_APPEND writer continues a held-back partial line in the truncated file.
         current.offset, current.line, current.started = 0, 0, False
         current.fp_len, current.fp_bytes, current.fp_hash, current.head = 0, b"", "", b""
@@ -387,19 +397,44 @@ class FileFollower:
     def _find_copy(
         self, fp_len: int, fp_bytes: bytes, min_size: int, exclude_inode: int
     ) -> tuple[int, int] | None:
-        """Open the copy of a file whose first bytes we know (copytruncate): (fd, size)."""
+        """Open the copy of a file whose first bytes we know (copytruncate): (fd, size).
+        Looks a few times: logrotate may be renaming the siblings right now."""
         if fp_len == 0:
             return None
-        for full, st in self._candidates():
-            if st.st_ino == exclude_inode or st.st_size < max(min_size, fp_len):
-                continue
-            try:
-                fd = os.open(full, os.O_RDONLY)
-            except OSError:
-                continue
-            if _pread_all(fd, fp_len, 0) == fp_bytes:
-                return fd, os.fstat(fd).st_size
-            os.close(fd)
+        for attempt in range(3):
+            if attempt:
+                time.sleep(0.01)
+            for full, st in self._candidates():
+                if st.st_ino == exclude_inode or st.st_size < max(min_size, fp_len):
+                    continue
+                try:
+                    fd = os.open(full, os.O_RDONLY)
+                except OSError:
+                    continue
+                size = os.fstat(fd).st_size
+                if size >= min_size and _pread_all(fd, fp_len, 0) == fp_bytes:
+                    return fd, size
+                os.close(fd)
+        return None
+
+    def _expire_lost(self) -> None:
+        now = self._clock()
+        for entry, since in list(self._lost):
+            if now - since >= LOST_GRACE_S:
+                self._lost.remove((entry, since))
+                self.gaps += 1
+                LOG.warning(
+                    "%s was truncated and no copy of it was found next to it; lines written"
+                    " between the last read and the truncation may be missing",
+                    self.path,
+                )
+
+    def _claim_lost(self, fd: int, size: int) -> FileCheckpoint | None:
+        """A late copy of a truncated file: the entry to resume it from, if it is one."""
+        for entry, since in self._lost:
+            if size >= entry.offset and self._head_matches(fd, entry):
+                self._lost.remove((entry, since))
+                return entry
         return None
 
     # -- restore ------------------------------------------------------------------------
@@ -463,6 +498,14 @@ class FileFollower:
                 continue
             if os.fstat(fd).st_ino != st.st_ino:  # renamed under us; the next scan finds it
                 os.close(fd)
+                continue
+            lost = self._claim_lost(fd, os.fstat(fd).st_size)
+            if lost is not None:
+                tracked = self._track(fd, os.fstat(fd), lost.offset, lost.line, lost)
+                tracked.quiet_since = self._clock()
+                self._draining.append(tracked)
+                known.add((tracked.dev, tracked.inode))
+                self._rotated("copytruncate")
                 continue
             head = self._copy_in_progress(fd)
             if head is not None:
