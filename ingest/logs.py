@@ -82,7 +82,6 @@ _ANSI_LITERALS = ["\x1b", "#033[", "[0m", "[0;0m"]
 # Request rows whose message starts right after the `[file:line] ` of a vLLM header: a
 # literal check (Aho-Corasick) instead of a regex over the biggest lines of a V0 log.
 _REQ_STARTS = [f"] {row.literal}" for row in cat.REQUEST_ROWS if row.literal != "Request "]
-_BLANK_STARTS = (" ", "\t", "\n", "\r", "\x0b", "\x0c")
 _PY_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.PYTHON_ROWS}))
 _STATS_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.STATS_ROWS}))
 _REQ_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.REQUEST_ROWS}))
@@ -411,9 +410,11 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
     )
     raw_c = pl.col("raw")
-    if raw.str.starts_with('{"log":').any():
+    brace = raw.str.starts_with("{")
+    if brace.any() and raw.str.starts_with('{"log":').any():
         raw = _unwrap_json_file(raw)
         df = df.with_columns(raw)
+        brace = raw.str.starts_with("{")
     unusual = raw.str.contains_any([*_ANSI_LITERALS, "\r"])
     ansi = unusual & raw.str.contains_any(_ANSI_LITERALS) if unusual.any() else unusual
     if ansi.any():
@@ -433,7 +434,7 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
 
     # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws.
     text = df["raw"]
-    odd_mask = text.str.starts_with("{")
+    odd_mask = brace
     carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
     if carriage.any():
         odd_mask = odd_mask | (carriage & ~text.str.contains(r"^[^\r]*\r\n?$"))
@@ -477,10 +478,8 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         rest = pl.concat([rest, bad])
     # 5. everything else: blank, one vLLM header (other), uvicorn's own lines, or odd.
     if rest.height:
-        starts = rest["raw"].str.starts_with(_BLANK_STARTS[0])
-        for char in _BLANK_STARTS[1:]:
-            starts = starts | rest["raw"].str.starts_with(char)
-        blank, rest = split(rest, starts & rest["raw"].str.contains(r"^\s*$"))
+        # Anchored: fails at the first non-space byte, so cheap on ordinary lines.
+        blank, rest = split(rest, rest["raw"].str.contains(r"^\s*$"))
         claim("blank", blank)
         other, rest = split(rest, rest["hdr"] == 1)
         claim("other", other.drop("hdr"))
