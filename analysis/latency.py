@@ -271,9 +271,10 @@ def bucket_quantile(
     if index == 0:
         if upper <= 0:
             return upper, True
-        return upper * rank / counts[0], True
+        # min(): rounding must never push an interpolated value past its bucket's bound.
+        return min(upper, upper * (rank / counts[0])), True
     lower, below = bounds[index - 1], counts[index - 1]
-    return lower + (upper - lower) * (rank - below) / (counts[index] - below), False
+    return min(upper, lower + (upper - lower) * (rank - below) / (counts[index] - below)), False
 
 
 def histogram_metric(samples: pl.DataFrame, kind: LatencyMetric) -> str | None:
