@@ -105,6 +105,8 @@ def _page(root: str, title: str, body: str, scripts: tuple[str, ...]) -> str:
 def index_page_html(root: str = "") -> str:
     """The deployment list with verdict badges (filled in by live.js)."""
     body = """<section class="panel" id="content" hidden>
+<div class="controls"><button type="button" id="download">Download HTML report</button>
+<span class="status" id="download-status"></span></div>
 <h3>Deployments</h3>
 <ul class="deployments" id="deployments"></ul>
 <p class="status" id="empty" hidden>No deployment yet: waiting for log lines or scrapes.</p>

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -21,7 +21,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse
 from preemptscope.analysis.report import DeploymentReport, Report
 from preemptscope.dashboards.figures import figures_json
-from preemptscope.dashboards.html import script_json
+from preemptscope.dashboards.html import render_report_html, script_json
 from preemptscope.dashboards.live import (
     DEFAULT_RANGE,
     PAGE_CSP,
@@ -102,9 +102,10 @@ def _find(report: Report, name: str) -> DeploymentReport:
 
 
 def build_router(get_report: Callable[[], Report], dependencies: Sequence[Any] = ()) -> APIRouter:
-    """Routes: GET /, /deployments/{name}, /static/{file}, /api/dashboard/deployments and
-    /api/deployments/{name}/figures?range=1h. `dependencies` (e.g. the exporter's bearer-token
-    check, as `Depends(...)` objects or plain callables) guard the two API routes."""
+    """Routes: GET /, /deployments/{name}, /static/{file}, /api/dashboard/deployments,
+    /api/dashboard/report.html and /api/deployments/{name}/figures?range=1h. `dependencies`
+    (e.g. the exporter's bearer-token check, as `Depends(...)` objects or plain callables) guard
+    the three API routes."""
     guards = [d if hasattr(d, "dependency") else Depends(d) for d in dependencies]
     router = APIRouter()
     cache_ = _FigureCache(CACHE_ENTRIES)
@@ -135,6 +136,20 @@ def build_router(get_report: Callable[[], Report], dependencies: Sequence[Any] =
     def deployments() -> Response:
         """Deployment list for the dashboard: name, verdict and headline numbers."""
         return _json(script_json(deployment_summaries(get_report())).encode())
+
+    @router.get("/api/dashboard/report.html", dependencies=guards, tags=["dashboard"])
+    def report_html() -> Response:
+        """The current report as the self-contained HTML file (`preemptscope report --html`)."""
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        return Response(
+            render_report_html(get_report()),
+            media_type="text/html; charset=utf-8",
+            headers={
+                "Content-Disposition": f'attachment; filename="preemptscope-{stamp}.html"',
+                "Cache-Control": "no-store",
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
 
     @router.get("/api/deployments/{name:path}/figures", dependencies=guards, tags=["dashboard"])
     def figures(

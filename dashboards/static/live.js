@@ -105,6 +105,34 @@
     document.getElementById("empty").hidden = rows.length > 0;
   }
 
+  // The self-contained report, fetched with the token and saved through a blob: link.
+  var download = document.getElementById("download");
+  if (download) {
+    download.addEventListener("click", function () {
+      var note = document.getElementById("download-status");
+      var headers = {};
+      var token = sessionStorage.getItem(KEY);
+      if (token) headers.Authorization = "Bearer " + token;
+      note.textContent = "building…";
+      fetch(root + "/api/dashboard/report.html", { headers: headers, cache: "no-store" })
+        .then(function (response) {
+          if (!response.ok) throw new Error(String(response.status));
+          var name = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
+          return response.blob().then(function (blob) {
+            var link = document.createElement("a");
+            link.href = URL.createObjectURL(blob);
+            link.download = name ? name[1] : "preemptscope-report.html";
+            document.body.appendChild(link);
+            link.click();
+            link.remove();
+            setTimeout(function () { URL.revokeObjectURL(link.href); }, 10000);
+            note.textContent = "saved " + link.download;
+          });
+        })
+        .catch(function (err) { note.textContent = "download failed: " + err.message; });
+    });
+  }
+
   // ---- one deployment ------------------------------------------------------------------
   var name = content.getAttribute("data-deployment");
   var range = sessionStorage.getItem("preemptscope-range") || "1h";

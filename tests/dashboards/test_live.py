@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -52,6 +53,10 @@ def test_pages_are_public_shells_and_the_api_needs_the_token(base: str, holder: 
         assert client.get("/static/../pyproject.toml").status_code == 404
         assert client.get("/api/dashboard/deployments").status_code == 401
         assert client.get(f"/api/deployments/{name}/figures").status_code == 401
+        assert client.get("/api/dashboard/report.html").status_code == 401
+        snapshot = client.get("/api/dashboard/report.html", headers=AUTH)
+        assert snapshot.text.startswith("<!doctype html>")
+        assert snapshot.headers["content-disposition"].startswith("attachment; filename=")
         rows = client.get("/api/dashboard/deployments", headers=AUTH).json()
         assert [r["name"] for r in rows] == [d.name for d in holder.report.deployments]
         assert rows[0]["state"] == "over_capacity"
@@ -153,3 +158,20 @@ def test_figure_cache_holds_only_the_current_report() -> None:
     cache.put(new, "c", "1h", b"c")
     assert cache.get(new, "a", "1h") is None  # least recently used beyond the size
     assert cache.get(new, "c", "1h") == b"c"
+
+
+@pytest.mark.integration
+def test_download_the_html_report_from_the_live_page(
+    base: str, watched: Watched, tmp_path: Path
+) -> None:
+    page = watched.page
+    page.goto(f"{base}/?token={TOKEN}")
+    page.wait_for_selector("ul.deployments li a")
+    with page.expect_download() as info:
+        page.click("#download")
+    saved = tmp_path / info.value.suggested_filename
+    info.value.save_as(saved)
+    assert saved.name.startswith("preemptscope-") and saved.suffix == ".html"
+    text = saved.read_text()
+    assert text.startswith("<!doctype html>") and 'id="fig-1-timeline"' in text
+    assert watched.console_errors == []
