@@ -2,7 +2,7 @@
 
 The exporter includes it with its auth dependency. Pages and static files are public shells that
 carry no report data (a browser cannot attach a bearer token to a navigation); every byte of
-report data comes from the two API routes, which are guarded by `dependencies`.
+report data comes from the API routes, which are guarded by `dependencies`.
 """
 
 from __future__ import annotations
