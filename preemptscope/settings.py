@@ -204,14 +204,22 @@ class ServeSettings:
     origins: Mapping[str, str] = field(default_factory=dict)
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|min|m|h|d)?\s*$")
+_DURATION_UNITS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    None: 1.0,
+}
 _BYTES = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _BYTE_UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
 
 
 def parse_duration(text: str) -> float:
-    """'250ms', '10s', '5m', '1h', '1d' or a bare number of seconds -> seconds (> 0)."""
+    """'250ms', '10s', '5m' (or '5min'), '1h', '1d' or a bare number of seconds -> seconds (> 0)."""
     match = _DURATION.match(text)
     if not match:
         raise ValueError(f"expected a duration such as 10s, 5m or 250ms, got {text!r}")

@@ -21,6 +21,7 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 
+from preemptscope import settings
 from preemptscope.analysis.analyze import AnalysisParams, DeploymentInputs, analyze
 from preemptscope.analysis.render import render_report
 from preemptscope.analysis.report import Report, SourceSummary
@@ -34,17 +35,15 @@ SEVERITY = {"ok": 0, "at_risk": 1, "over_capacity": 2}
 FAIL_ON = ("over_capacity", "at_risk", "insufficient_data")
 EXIT_FAIL_ON = 3
 SCRAPE_TIMEOUT_S = 10.0
-_DURATION = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|min|h)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _NAME = re.compile(r"^[\w.@:-]+$")
 
 
 def parse_duration(text: str) -> float:
-    """ "60s", "5m", "1h", "500ms" or plain seconds -> seconds (> 0)."""
-    match = _DURATION.match(text)
-    if match is None or float(match["n"]) <= 0:
-        raise ConfigError(f"bad duration {text!r}: expected e.g. 60s, 5m, 1h, 500ms")
-    return float(match["n"]) * _UNIT_S[match["unit"]]
+    """ "60s", "5m", "1h", "500ms" or seconds -> seconds (> 0): one syntax for every command."""
+    try:
+        return settings.parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(f"bad duration: {exc}") from None
 
 
 def parse_time(text: str) -> datetime:
