@@ -40,8 +40,11 @@ class AnalysisParams:
     queue_growth: float = 2.0
     # Largest lag (in windows) tried when looking for the lag of strongest correlation.
     max_lag_windows: int = 5
-    # Preferred latency metric for the correlation, first available wins.
-    latency_preference: tuple[str, ...] = ("e2e", "itl", "tpot", "ttft")
+    # Preferred latency metric for the correlation, first available wins. Inter-token latency
+    # first: a preempted request's next token waits for the whole recompute, so preemption lands
+    # straight in the ITL tail, while e2e p99/mean is dominated by the spread of output lengths
+    # (measured on the demo: ITL p99/mean 12.3 with preemption vs 5.2 without; e2e 1.91 vs 1.91).
+    latency_preference: tuple[str, ...] = ("itl", "e2e", "tpot", "ttft")
 
     def __post_init__(self) -> None:
         if not self.window_s > 0:

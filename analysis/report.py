@@ -87,7 +87,7 @@ class Episode:
 
 @dataclass(frozen=True)
 class Correlation:
-    metric: LatencyMetric | None  # the latency metric used (e2e preferred), None when no latency
+    metric: LatencyMetric | None  # the latency metric used (ITL preferred), None when no latency
     windows_with_preemption: int
     windows_without_preemption: int
     p99_over_mean_with: float | None
