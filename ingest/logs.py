@@ -98,10 +98,6 @@ _REQ_VALID = cat.HEADER_CORE + "(?:" + _REQ_GROUPS + ")"
 _STATS_EXTRACT = cat.ENVELOPE + r"(?P<msg>[^\r\n]*)"
 
 
-def _empty(columns: dict[str, pl.DataType]) -> pl.DataFrame:
-    return pl.DataFrame(schema=columns)
-
-
 def _kind_columns(kind: str) -> dict[str, pl.DataType]:
     """Columns of a kind before timestamps are resolved (no source/deployment/timestamp)."""
     schema = FRAME_SCHEMAS[kind]
@@ -429,8 +425,20 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
             routed.setdefault(name, []).append(part)
 
     def split(part: pl.DataFrame, mask: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
-        # Each predicate is computed once; both sides are cheap view copies.
+        # Each predicate is computed once; both sides are cheap view copies. A mask that is
+        # all false or all true needs no filter (small live batches mostly take this way).
+        if part.height == 0:
+            return part, part
+        if mask.null_count() == 0:
+            hits = mask.sum()
+            if hits == 0:
+                return part.clear(), part
+            if hits == part.height:
+                return part, part.clear()
         return part.filter(mask), part.filter(~mask)
+
+    def join(part: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
+        return pl.concat([part, extra]) if extra.height else part
 
     # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws.
     text = df["raw"]
@@ -450,7 +458,7 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         )
         good, bad = split(access, shape)
         claim("access", good)
-        rest = pl.concat([rest, bad])
+        rest = join(rest, bad)
     # 2. kinds parsed per line (preemption, KV sizing, config).
     py, rest = split(rest, rest["raw"].str.contains(_PY_LIT))
     odd_parts.append(py)
@@ -475,7 +483,7 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
             candidates, (candidates["hdr"] == 1) & candidates["raw"].str.contains(_REQ_VALID)
         )
         odd_parts.append(good.drop("hdr"))
-        rest = pl.concat([rest, bad])
+        rest = join(rest, bad)
     # 5. everything else: blank, one vLLM header (other), uvicorn's own lines, or odd.
     if rest.height:
         # Anchored: fails at the first non-space byte, so cheap on ordinary lines.
@@ -506,13 +514,10 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         else:
             summarized[kind] = summarized.get(kind, 0) + counts[name]
 
-    odd = (
-        pl.concat([part.select("line", "raw") for part in odd_parts]).sort("line")
-        if odd_parts
-        else pl.DataFrame(schema={"line": pl.Int64, "raw": pl.String})
-    )
+    odd_parts = [part for part in odd_parts if part.height]
     parsed = 0
-    if odd.height:
+    if odd_parts:
+        odd = pl.concat([part.select("line", "raw") for part in odd_parts]).sort("line")
         # The physical line before each odd line (for hard-wrap continuations).
         index = odd["line"] - first_line
         before = raw.gather((index - 1).clip(lower_bound=0)).to_list()
@@ -569,18 +574,45 @@ def _finish(
     result = LogFrames(source=source, deployment=deployment, timezone=options.tz)
     result.accounting = batch.accounting
     result.summarized = dict(batch.summarized)
+    # Kinds without rows keep the empty frames LogFrames starts with: dating and stamping
+    # them would only cost (a dozen Polars queries per kind, whatever the batch size).
     kinds: dict[str, pl.DataFrame] = {}
     for kind, parts in batch.frames.items():
-        if kind == "unrecognized":
+        if kind == "unrecognized" or not parts:
             continue
         columns = _kind_columns(kind)
-        kinds[kind] = (
-            pl.concat([p.select(list(columns)).cast(pl.Schema(columns)) for p in parts]).sort(
-                "line", nulls_last=True
-            )
-            if parts
-            else _empty(columns)
+        kinds[kind] = pl.concat(
+            [p.select(list(columns)).cast(pl.Schema(columns)) for p in parts]
+        ).sort("line", nulls_last=True)
+    if kinds:
+        _date_and_stamp(
+            kinds, result, source=source, deployment=deployment, options=options, state=state
         )
+    unrec = batch.frames["unrecognized"]
+    if unrec:
+        result.frames["unrecognized"] = (
+            pl.concat(unrec)
+            .with_columns(
+                pl.lit(source, dtype=pl.String).alias("source"),
+                pl.lit(deployment, dtype=pl.String).alias("deployment"),
+            )
+            .select(list(FRAME_SCHEMAS["unrecognized"]))
+        )
+    result.year_source = state.years.source
+    result.vllm_version, result.log_era = _version_and_era(result)
+    return result
+
+
+def _date_and_stamp(
+    kinds: dict[str, pl.DataFrame],
+    result: LogFrames,
+    *,
+    source: str,
+    deployment: str,
+    options: ParseOptions,
+    state: ParseState,
+) -> None:
+    """Resolve the years of a batch's rows in order and store the stamped frames in `result`."""
     stamped_rows = pl.concat(
         [
             frame.select("line", "_mon", "_day", "_hms", "_wts", "_bulk").filter(
@@ -627,23 +659,12 @@ def _finish(
             pl.lit(deployment, dtype=pl.String).alias("deployment"),
         )
         result.frames[kind] = stamped.select(list(schema)).cast(schema)
-    unrec = batch.frames["unrecognized"]
-    if unrec:
-        result.frames["unrecognized"] = (
-            pl.concat(unrec)
-            .with_columns(
-                pl.lit(source, dtype=pl.String).alias("source"),
-                pl.lit(deployment, dtype=pl.String).alias("deployment"),
-            )
-            .select(list(FRAME_SCHEMAS["unrecognized"]))
-        )
-    result.year_source = state.years.source
-    result.vllm_version, result.log_era = _version_and_era(result)
-    return result
 
 
 def _version_and_era(frames: LogFrames) -> tuple[str | None, str | None]:
     config = frames["config"]
+    if config.height == 0 and frames["scheduler_stats"].height == 0:
+        return None, None
     versions = config.filter(pl.col("key") == "vllm_version")["value"]
     version = versions[0] if versions.len() else None
     eras = set(frames["scheduler_stats"]["era"].drop_nulls().unique().to_list())

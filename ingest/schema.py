@@ -170,9 +170,18 @@ FRAME_SCHEMAS: dict[str, pl.Schema] = {
 }
 
 
+_EMPTY: dict[str, pl.DataFrame] = {
+    kind: pl.DataFrame(schema=s) for kind, s in FRAME_SCHEMAS.items()
+}
+
+
 def empty(kind: str) -> pl.DataFrame:
-    """An empty frame of the given kind with the right dtypes."""
-    return pl.DataFrame(schema=FRAME_SCHEMAS[kind])
+    """An empty frame of the given kind with the right dtypes.
+
+    A clone of a prebuilt frame: building one from a schema costs ~0.3 ms, and every LogFrames
+    (one per live batch) starts with eight of them.
+    """
+    return _EMPTY[kind].clone()
 
 
 @dataclass
