@@ -7,7 +7,6 @@ demo all call `analyze` / `analyze_deployment`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ import polars as pl
 from preemptscope.analysis import latency
 from preemptscope.analysis.advice import advise
 from preemptscope.analysis.correlation import correlate, episodes
+from preemptscope.analysis.events import clean_setting as _clean
+from preemptscope.analysis.events import find_events
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import (
     Capacity,
@@ -143,6 +144,16 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
     )
     if disjoint is not None:
         verdict = dataclasses.replace(verdict, evidence=[*verdict.evidence, disjoint])
+    events = find_events(
+        config=_frames(inputs.logs, "config"),
+        warnings=warnings,
+        activity=[stats, warnings, _frames(inputs.logs, "requests")],
+        metrics=metrics,
+        # Startup lines come a little before the first record they explain: one window early.
+        span=(windows[0].start - (windows[0].end - windows[0].start), windows[-1].end)
+        if windows
+        else None,
+    )
     return DeploymentReport(
         name=inputs.name,
         verdict=verdict,
@@ -153,6 +164,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         episodes=found,
         correlation=correlation,
         sources=_source_paths(inputs),
+        events=events,
     )
 
 
@@ -300,19 +312,6 @@ _INT_KEYS = {
     "block_size",
     "max_model_len",
 }
-
-
-def _clean(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = str(value).strip().strip("'\"")
-    if text.startswith("[") and text.endswith("]"):
-        try:
-            items = json.loads(text.replace("'", '"'))
-            text = str(items[0]) if items else ""
-        except (ValueError, IndexError):
-            pass
-    return None if text in ("", "None", "null") else text
 
 
 def _as_int(value: Any) -> int | None:

@@ -65,7 +65,7 @@ def stat(
 def warning(t: float | None, cumulative: int | None, source: str = "vllm.log") -> dict[str, Any]:
     return {
         "source": source,
-        "line": 1,
+        "line": int(t) + 1 if t is not None else 1,  # file order follows time, as stat() does
         "deployment": "d",
         "timestamp": at(t) if t is not None else None,
         "level": "WARNING",
@@ -176,3 +176,29 @@ def request(
 
 def latencies_frame(rows: Sequence[dict[str, Any]]) -> pl.DataFrame:
     return _frame(REQUEST_LATENCIES, rows)
+
+
+def setting(
+    t: float | None,
+    key: str,
+    value: str,
+    *,
+    line: int,
+    origin: str = "non_default_args",
+    source: str = "vllm.log",
+) -> dict[str, Any]:
+    """One CONFIG row: a setting printed on a startup line."""
+    return {
+        "source": source,
+        "line": line,
+        "deployment": "d",
+        "timestamp": at(t) if t is not None else None,
+        "level": "INFO",
+        "key": key,
+        "value": value,
+        "origin": origin,
+    }
+
+
+def config_frame(rows: Sequence[dict[str, Any]]) -> pl.DataFrame:
+    return _frame(CONFIG, rows)
