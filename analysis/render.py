@@ -265,25 +265,68 @@ def _tail_value(window: Window, field: str = "p99_over_mean") -> float | None:
     return None
 
 
-def _correlation_line(c: Correlation) -> Text | None:
+def _windows(n: int) -> str:
+    return f"{n} window{'' if n == 1 else 's'}"
+
+
+def _tail_figures(p99_over_mean: float | None, p99: float | None) -> str | None:
+    parts = [
+        f"p99/mean {p99_over_mean:.2f}" if p99_over_mean is not None else None,
+        f"p99 {p99:.2f} s" if p99 is not None else None,
+    ]
+    shown = [p for p in parts if p is not None]
+    return ", ".join(shown) if shown else None
+
+
+def _correlation_line(c: Correlation, *, has_windows: bool = True) -> Text | None:
+    """Tail latency with vs without preemption, and the rank correlation, in plain words.
+
+    Every case reads as a sentence: both groups, only one of them, or no latency at all.
+    """
+    n_with, n_without = c.windows_with_preemption, c.windows_without_preemption
     if c.metric is None:
-        return None
-    parts: list[str] = []
-    if c.p99_over_mean_with is not None or c.p99_over_mean_without is not None:
-        parts.append(
-            f"p99/mean {_num(c.p99_over_mean_with, '{:.2f}')} with preemption "
-            f"({c.windows_with_preemption} windows) vs {_num(c.p99_over_mean_without, '{:.2f}')} "
-            f"without ({c.windows_without_preemption})"
+        if not has_windows:
+            return None
+        return Text(
+            "Correlation: no latency in these inputs (client results, request log lines or "
+            "/metrics histograms), so preemption cannot be set against the tail"
         )
-    if c.p99_with is not None or c.p99_without is not None:
-        parts.append(f"p99 {_num(c.p99_with, '{:.2f} s')} vs {_num(c.p99_without, '{:.2f} s')}")
+    with_p = _tail_figures(c.p99_over_mean_with, c.p99_with)
+    without = _tail_figures(c.p99_over_mean_without, c.p99_without)
+    parts: list[str] = []
+    pairs = (
+        ("p99/mean", c.p99_over_mean_with, c.p99_over_mean_without, "{:.2f}"),
+        ("p99", c.p99_with, c.p99_without, "{:.2f} s"),
+    )
+    for label, mine, other, fmt in pairs:
+        if mine is None or other is None:
+            continue
+        a, b = fmt.format(mine), fmt.format(other)
+        parts.append(
+            f"{label} {a} vs {b}"
+            if parts  # the groups are named once, in the first comparison
+            else f"{label} {a} with preemption ({_windows(n_with)}) vs {b} without ({n_without})"
+        )
+    if not parts:  # one group has no figure to compare with: say what each group has
+        if with_p is not None:
+            parts.append(f"with preemption ({_windows(n_with)}): {with_p}")
+        elif n_with:
+            parts.append(f"no {c.metric} latency in the {_windows(n_with)} with preemption")
+        else:
+            parts.append("no window with preemption to compare")
+        if without is not None:
+            parts.append(f"without preemption ({_windows(n_without)}): {without}")
+        elif n_without:
+            parts.append(f"no {c.metric} latency in the {_windows(n_without)} without preemption")
+        else:
+            parts.append("no window without preemption to compare")
     if c.spearman_rho is not None:
         parts.append(f"Spearman rho {c.spearman_rho:+.2f} (p99/mean)")
     if c.spearman_rho_p99 is not None:
         parts.append(f"{c.spearman_rho_p99:+.2f} (p99)")
     if c.best_lag_windows is not None and c.best_lag_rho is not None:
         parts.append(f"strongest at lag {c.best_lag_windows} ({c.best_lag_rho:+.2f})")
-    return Text(f"Correlation ({c.metric}): " + "; ".join(parts)) if parts else None
+    return Text(f"Correlation ({c.metric}): " + "; ".join(parts))
 
 
 def deployment_panel(d: DeploymentReport) -> Panel:
@@ -300,7 +343,7 @@ def deployment_panel(d: DeploymentReport) -> Panel:
     for e in d.verdict.evidence:
         parts.append(Text(f"• {e.message}"))
     parts.append(_preemption_line(d.preemptions))
-    correlation = _correlation_line(d.correlation)
+    correlation = _correlation_line(d.correlation, has_windows=bool(d.windows))
     if correlation is not None:
         parts.append(correlation)
     line = timeline(d.windows)
