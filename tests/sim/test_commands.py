@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -148,3 +149,55 @@ def test_serve_detection() -> None:
     argv = ["serve", "--log", "a.log=a"]
     assert _serve_takes_logs(parser(True), argv)
     assert not _serve_takes_logs(parser(False), argv)
+
+
+def _live_verdicts(demo_dir: Path, argv: list[str], now: datetime) -> dict[str, str]:
+    """What `preemptscope serve ARGV` would say at `now`, through its settings and live state."""
+    from preemptscope.exporter.live import LiveState
+    from preemptscope.ingest.logs import ParseOptions, parse_path
+
+    from preemptscope import settings
+    from preemptscope.cli import build_parser
+
+    config = settings.resolve(build_parser().parse_args(argv), environ={})
+    live = LiveState(
+        [t.deployment for t in config.logs],
+        window_s=config.window,
+        history_s=config.history,
+        clock=config.clock,
+        params={"min_episode_s": config.min_episode, "stale_after_s": config.resolve_after},
+    )
+    for target in config.logs:
+        options = ParseOptions(reference_time=now)
+        live.add_log_batch(parse_path(target.path, deployment=target.deployment, options=options))
+    report = live.analyze_now(now)
+    return {d.name: d.verdict.state for d in report.deployments}
+
+
+def test_demo_serve_argv_makes_the_live_verdict_match_the_report(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from preemptscope.commands.demo import DEFAULT_START, Artefacts, serve_argv
+
+    assert main(["demo", "--out", str(demo_dir), "--duration", "6m", "--json"]) == 0
+    batch = {
+        d["name"]: d["verdict"]["state"] for d in json.loads(capsys.readouterr().out)["deployments"]
+    }
+    assert batch["chat-a10g"] == "over_capacity"
+    artefacts = []
+    for name in ("chat-a10g", "chat-a100"):
+        d = demo_dir / name
+        files = (d / "vllm.log", d / "metrics", d / "bench.json", d / "ground-truth.json")
+        artefacts.append(Artefacts(name, d, *files, truth={}))
+    argv = serve_argv(artefacts, state_dir=demo_dir / "state", port=0)
+    assert argv[argv.index("--resolve-after") + 1] == "3600s"
+    assert argv.count("--log") == 2 and argv[-2:] == ["--port", "0"]
+    # `demo --serve` ends the traffic a minute before now; the page is watched for minutes after.
+    start = datetime.fromisoformat(DEFAULT_START)
+    later = start + timedelta(minutes=6 + 5)
+    for now in (start + timedelta(minutes=6 + 1), later):
+        assert _live_verdicts(demo_dir, argv, now) == batch
+    # Without it, the service's alerting default (2 min after the last over-capacity window)
+    # calls the A10G only at risk once the surge is a few minutes old.
+    i = argv.index("--resolve-after")
+    assert _live_verdicts(demo_dir, argv[:i] + argv[i + 2 :], later)["chat-a10g"] == "at_risk"
