@@ -8,7 +8,7 @@ threads count). Nothing here is a test. Usage:
     python bench/bench_parse_small.py [--sizes 10,100,1000,10000] [--calls 40] [--compare REF]
 
 `--compare REF` also runs the same batches through `parse_lines` of REF (its ingest/ and
-preemptscope/ unpacked with `git archive` under bench/data/, gitignored) in a child process,
+preemptscope/ unpacked with `git archive` into the temp directory) in a child process,
 interleaved size by size, so both versions see the same machine load.
 """
 
@@ -88,8 +88,10 @@ def _child(args: argparse.Namespace) -> None:
 
 
 def _checkout(ref: str) -> Path:
-    """The ingest/ and preemptscope/ packages of `ref`, unpacked under bench/data/."""
-    target = DATA / f"ref-{ref.replace('/', '_').replace('~', '-')}"
+    """The ingest/ and preemptscope/ packages of `ref`, unpacked in the temp directory."""
+    # Outside the repository: scripts/check type-checks every .py file under bench/.
+    name = ref.replace("/", "_").replace("~", "-")
+    target = Path(tempfile.gettempdir()) / f"preemptscope-bench-{name}"
     if not target.exists():
         target.mkdir(parents=True)
         archive = subprocess.run(

@@ -62,6 +62,10 @@ def _safe(year: int, mon: int, day: int) -> datetime:
         return datetime(year, mon, 28)
 
 
+# Up to this many rows, per-row expressions cost less than deduplicating and joining back
+# (a Polars query costs ~0.1 ms whatever its size; live batches are small).
+SMALL_FRAME = 512
+
 _EMPTY_YEARS = {"line": pl.Int64, "_year": pl.Int32, "_m": pl.Int32}
 
 
@@ -224,15 +228,16 @@ def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
         ]
     )
     absolute = pl.col("_ats").str.replace(",", ".", literal=True)
-    frame = frame.with_columns(pl.coalesce(absolute, local_text).alias("_local"))
-    distinct = frame.select(pl.col("_local").unique()).with_columns(
-        pl.col("_local")
-        .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
-        .dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
-        .dt.convert_time_zone("UTC")
-        .alias("_local_utc")
-    )
-    frame = frame.join(distinct, on="_local", how="left", nulls_equal=True, maintain_order="left")
+    local = pl.coalesce(absolute, local_text)
+
+    def local_utc(text: pl.Expr) -> pl.Expr:
+        return (
+            text.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
+            .dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+            .dt.convert_time_zone("UTC")
+            .alias("_local_utc")
+        )
+
     wts = pl.col("_wts")
     zulu = (
         pl.when(wts.str.ends_with("Z") & (wts.str.len_bytes() >= 27))
@@ -240,13 +245,23 @@ def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
         .str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", strict=False, time_unit="us")
         .dt.replace_time_zone("UTC")
     )
-    frame = frame.with_columns(zulu.alias("_wrapper"))
-    other = frame.filter(pl.col("_wrapper").is_null() & wts.is_not_null())
-    if other.height:
+    if frame.height <= SMALL_FRAME:
+        # A live batch: parse every row in one query (the same values, fewer queries).
+        frame = frame.with_columns(local.alias("_local"), local_utc(local), zulu.alias("_wrapper"))
+    else:
+        frame = frame.with_columns(local.alias("_local"))
+        distinct = frame.select(pl.col("_local").unique()).with_columns(local_utc(pl.col("_local")))
+        frame = frame.join(
+            distinct, on="_local", how="left", nulls_equal=True, maintain_order="left"
+        )
+        frame = frame.with_columns(zulu.alias("_wrapper"))
+    general_rows = frame["_wrapper"].is_null() & frame["_wts"].is_not_null()
+    if general_rows.any():
+        other = frame.filter(general_rows)
         general = other.select(pl.col("_row"), _wrapper_utc(wts).alias("_general"))
         frame = frame.join(general, on="_row", how="left", maintain_order="left").with_columns(
             pl.coalesce("_wrapper", "_general").alias("_wrapper")
         )
     timestamp = pl.coalesce(pl.col("_wrapper"), pl.col("_local_utc")).cast(TIMESTAMP)
     keep = [c for c in frame.columns if not c.startswith("_")]
-    return frame.with_columns(timestamp.alias("timestamp")).select(*keep, "timestamp")
+    return frame.select(*keep, timestamp.alias("timestamp"))

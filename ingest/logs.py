@@ -27,7 +27,14 @@ import polars as pl
 from preemptscope.ingest import _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._reader import CHUNK_BYTES, display_name, iter_chunks, split_lines
-from preemptscope.ingest._time import YearState, anchor_first, bulk_years, line_years, stamp
+from preemptscope.ingest._time import (
+    SMALL_FRAME,
+    YearState,
+    anchor_first,
+    bulk_years,
+    line_years,
+    stamp,
+)
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting, LogFrames
 
 from preemptscope.errors import ConfigError, InputError
@@ -181,6 +188,15 @@ def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
 _TS_FIND = cat.TIMESTAMP
 _LEVEL_FIND = cat.UVICORN_LEVEL
 _ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
+_LEVEL_BEFORE_TS = r"(DEBUG|INFO|ERROR|WARNING|CRITICAL) $"
+# Lead words of the request rows and their event; the first row of a lead wins (`Request X`:
+# aborted). Leads are plain words (asserted), so they need no escaping in the pattern.
+_REQ_EVENTS: dict[str, str] = {}
+for _row in cat.REQUEST_ROWS:
+    _REQ_EVENTS.setdefault(_row.literal.strip(), _row.constants["event"])
+assert all(re.fullmatch(r"[A-Za-z ]+", lead) for lead in _REQ_EVENTS)
+# `Aborted request(s) a,b.` (v0.10.1+); no lead starts another, so at most one matches.
+_REQ_LEAD = "^(" + "|".join(_REQ_EVENTS) + r")(?:\(s\))? "
 
 
 def _by_distinct(
@@ -189,8 +205,11 @@ def _by_distinct(
     """Add `build(key)` columns computed on the distinct keys only, joined back.
 
     Prefixes, logger locations and request lines repeat across millions of log lines, so the
-    regexes run once per distinct value instead of once per line.
+    regexes run once per distinct value instead of once per line. A small frame (a live batch)
+    gets the columns directly: the same values without the four queries of the join.
     """
+    if frame.height <= SMALL_FRAME:
+        return frame.with_columns(build(key))
     frame = frame.with_columns(key.alias("_key"))
     distinct = frame.select(pl.col("_key").unique()).with_columns(build(pl.col("_key")))
     return frame.join(
@@ -229,10 +248,8 @@ def _header_columns(frame: pl.DataFrame) -> pl.DataFrame:
     frame = frame.with_columns(raw.str.find(_TS_FIND).cast(pl.Int64).alias("_at"))
     before = pl.min_horizontal(at, 9)
     word = raw.str.slice(at - before, before)
-    level: pl.Expr = pl.lit(None, dtype=pl.String)
-    for name in ("DEBUG", "INFO", "ERROR", "WARNING", "CRITICAL"):
-        level = pl.when(word.str.ends_with(f"{name} ")).then(pl.lit(name)).otherwise(level)
-    frame = frame.with_columns(level.alias("level"))
+    # No level name ends another, so at most one can end the word.
+    frame = frame.with_columns(word.str.extract(_LEVEL_BEFORE_TS, 1).alias("level"))
     pre_end = at - (pl.col("level").str.len_bytes().cast(pl.Int64) + 1).fill_null(0)
     location = raw.str.slice(at + 15, 160)
     close = location.str.find("]", literal=True).cast(pl.Int64)
@@ -270,15 +287,11 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
         pl.col("raw").str.slice(pl.col("_msg_at"), 200).str.strip_prefix(" ").alias("_head")
     )
     message = pl.col("_head")
-    event: pl.Expr = pl.lit(None, dtype=pl.String)
-    lead_len: pl.Expr = pl.lit(None, dtype=pl.Int64)
-    for row in reversed(cat.REQUEST_ROWS):
-        lead = row.literal.strip()
-        for words in (f"{lead} ", f"{lead}(s) "):  # `Aborted request(s) a,b.` (v0.10.1+)
-            hit = message.str.starts_with(words)
-            event = pl.when(hit).then(pl.lit(row.constants["event"])).otherwise(event)
-            lead_len = pl.when(hit).then(pl.lit(len(words))).otherwise(lead_len)
-    rid = _word(message.str.slice(lead_len)).str.strip_chars_end(".")
+    words = message.str.extract(_REQ_LEAD, 0)
+    event = message.str.extract(_REQ_LEAD, 1).replace_strict(
+        _REQ_EVENTS, default=None, return_dtype=pl.String
+    )
+    rid = _word(message.str.slice(words.str.len_chars())).str.strip_chars_end(".")
     return frame.select(
         pl.col("line"),
         pl.col("process"),
@@ -648,17 +661,19 @@ def _date_and_stamp(
     bulk = stamped_rows.filter(pl.col("_bulk").fill_null(False)).unique("line", keep="first")
     years = pl.concat([years, bulk_years(bulk.sort("line"), years, before)])
     if state.years.source is None and any(
-        frame.select(pl.col("_ats").is_not_null().any()).item() for frame in kinds.values()
+        frame["_ats"].null_count() < frame.height for frame in kinds.values()
     ):
         state.years.source = "json"
+    names = {
+        "source": pl.lit(source, dtype=pl.String).alias("source"),
+        "deployment": pl.lit(deployment, dtype=pl.String).alias("deployment"),
+    }
     for kind, frame in kinds.items():
         stamped = stamp(frame, years, options.tz)
         schema = FRAME_SCHEMAS[kind]
-        stamped = stamped.with_columns(
-            pl.lit(source, dtype=pl.String).alias("source"),
-            pl.lit(deployment, dtype=pl.String).alias("deployment"),
-        )
-        result.frames[kind] = stamped.select(list(schema)).cast(schema)
+        result.frames[kind] = stamped.select(
+            [names.get(name, pl.col(name)) for name in schema]
+        ).cast(schema)
 
 
 def _version_and_era(frames: LogFrames) -> tuple[str | None, str | None]:
