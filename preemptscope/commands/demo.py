@@ -27,7 +27,8 @@ from preemptscope.analysis.render import render_report
 from preemptscope.analysis.report import Report
 from preemptscope.analysis.sim import writers
 from preemptscope.analysis.sim.engine import SimResult, simulate
-from preemptscope.analysis.sim.scenarios import demo_scenarios
+from preemptscope.analysis.sim.scenarios import Scenario, demo_scenarios
+from preemptscope.analysis.sim.whatif import WhatIfOutcome, sweep
 from preemptscope.commands.report import LoadOptions, load_inputs, parse_duration, parse_time
 from preemptscope.errors import InputError, PreemptscopeError
 from preemptscope.ingest.logs import ParseOptions
@@ -35,6 +36,9 @@ from preemptscope.ingest.logs import ParseOptions
 DEFAULT_OUT = "demo-output"
 # Fixed by default so two runs with the same seed write identical files.
 DEFAULT_START = "2026-01-15T14:00:00+00:00"
+# max_num_seqs values the HTML report's what-if curve replays (plus each deployment's own):
+# around the A10G's knee (about 19 requests fit its KV cache at the mean length).
+WHATIF_SWEEP = (8, 16, 24, 32, 64)
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     report = report_on(artefacts, window=window, year=start.year)
 
     html_path = Path(args.html) if args.html else out / "report.html"
-    html_note = _write_html(report, html_path, required=bool(args.html))
+    html_note = _write_html(report, html_path, required=bool(args.html), scenarios=scenarios)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -180,16 +184,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_html(report: Report, path: Path, *, required: bool) -> str:
+def whatif_sweeps(scenarios: Sequence[Scenario]) -> dict[str, list[WhatIfOutcome]]:
+    """Per deployment, the same traffic replayed at other max_num_seqs (WHATIF_SWEEP plus the
+    current value): the capacity figure's what-if curve."""
+    return {
+        s.name: sweep(
+            s.workload,
+            "max_num_seqs",
+            sorted({*WHATIF_SWEEP, s.config.max_num_seqs}),
+            base=s.config,
+        )
+        for s in scenarios
+    }
+
+
+def _write_html(
+    report: Report, path: Path, *, required: bool, scenarios: Sequence[Scenario] = ()
+) -> str:
     try:
         html = importlib.import_module("preemptscope.dashboards.html")
+        figures = importlib.import_module("preemptscope.dashboards.figures")
     except ImportError:
         if required:
             raise PreemptscopeError(
                 "--html needs preemptscope.dashboards.html, which is not available yet"
             ) from None
         return "HTML report: skipped (the dashboards package has no HTML writer yet)"
-    html.write_report_html(report, str(path))
+    curves = {
+        name: figures.whatif_points(outcomes) for name, outcomes in whatif_sweeps(scenarios).items()
+    }
+    html.write_report_html(report, str(path), whatif=curves)
     return f"HTML report: {path}"
 
 

@@ -18,13 +18,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 from rich.console import Console
 
 from preemptscope import settings
 from preemptscope.analysis.analyze import AnalysisParams, DeploymentInputs, analyze
+from preemptscope.analysis.kvmodel import gpu_preset, model_preset
 from preemptscope.analysis.render import render_report
-from preemptscope.analysis.report import Report, SourceSummary
+from preemptscope.analysis.report import DeploymentReport, Report, SourceSummary
+from preemptscope.analysis.sim.config import SimConfig
+from preemptscope.analysis.sim.whatif import WhatIfOutcome, base_from_capacity, sweep
+from preemptscope.analysis.sim.workload import Workload
 from preemptscope.errors import ConfigError, InputError, PreemptscopeError
 from preemptscope.ingest import bench, metrics
 from preemptscope.ingest.logs import ParseOptions, iter_log_paths, parse_path
@@ -35,6 +40,11 @@ SEVERITY = {"ok": 0, "at_risk": 1, "over_capacity": 2}
 FAIL_ON = ("over_capacity", "at_risk", "insufficient_data")
 EXIT_FAIL_ON = 3
 SCRAPE_TIMEOUT_S = 10.0
+# The what-if's step-time model when the flags do not say (as `preemptscope whatif`).
+DEFAULT_WHATIF_MODEL = "llama-3.1-8b"
+DEFAULT_WHATIF_GPU = "A100-80G"
+# Fewer client requests with token counts than this make no workload worth replaying.
+MIN_WHATIF_REQUESTS = 10
 _NAME = re.compile(r"^[\w.@:-]+$")
 
 
@@ -255,6 +265,23 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--now", help="ISO time treated as now for recency rules (default: end of the data)"
     )
+    parser.add_argument(
+        "--whatif-sweep",
+        metavar="N,N,...",
+        help="with --html: replay each deployment's --bench requests through the scheduler "
+        "simulator at these max_num_seqs (plus the current one) and draw the predicted "
+        "preemptions and p99 in the capacity figure (off by default: it simulates)",
+    )
+    parser.add_argument(
+        "--whatif-model",
+        default=DEFAULT_WHATIF_MODEL,
+        help=f"with --whatif-sweep: model preset for step times (default {DEFAULT_WHATIF_MODEL})",
+    )
+    parser.add_argument(
+        "--whatif-gpu",
+        default=DEFAULT_WHATIF_GPU,
+        help=f"with --whatif-sweep: GPU preset for step times (default {DEFAULT_WHATIF_GPU})",
+    )
     parser.set_defaults(func=run)
 
 
@@ -267,18 +294,94 @@ def fails(report: Report, fail_on: str | None) -> bool:
     return any(SEVERITY.get(s, -1) >= SEVERITY[fail_on] for s in states)
 
 
-def write_html(report: Report, path: str) -> None:
+def write_html(
+    report: Report, path: str, *, whatif: dict[str, list[WhatIfOutcome]] | None = None
+) -> None:
+    """Write the HTML report; `whatif`: per deployment, a max_num_seqs sweep to draw."""
     try:
         # Imported here: the dashboards package is optional for the terminal and JSON report.
         html = importlib.import_module("preemptscope.dashboards.html")
+        figures = importlib.import_module("preemptscope.dashboards.figures")
     except ImportError as exc:
         raise PreemptscopeError(
             f"--html needs preemptscope.dashboards.html, which is not available ({exc})"
         ) from None
-    html.write_report_html(report, path)
+    curves = {name: figures.whatif_points(outcomes) for name, outcomes in (whatif or {}).items()}
+    html.write_report_html(report, path, whatif=curves)
 
 
-def build_report(args: argparse.Namespace) -> Report:
+def parse_sweep(text: str) -> list[int]:
+    """ "8,16,32,64" -> [8, 16, 32, 64] (each >= 1)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"--whatif-sweep {text!r}: expected integers, e.g. 8,16,32,64") from None
+    if not values or min(values) < 1:
+        raise ConfigError(f"--whatif-sweep {text!r}: expected max_num_seqs values >= 1")
+    return sorted(set(values))
+
+
+def workload_from_latencies(frame: pl.DataFrame) -> Workload | None:
+    """The client's requests (REQUEST_LATENCIES) as a replayable workload: arrivals and lengths.
+
+    None when fewer than MIN_WHATIF_REQUESTS rows have a start and both token counts.
+    """
+    rows = frame.filter(
+        pl.col("start").is_not_null()
+        & pl.col("prompt_tokens").is_not_null()
+        & pl.col("output_tokens").is_not_null()
+    ).sort("start")
+    if rows.height < MIN_WHATIF_REQUESTS:
+        return None
+    first = rows["start"].min()
+    arrival = (rows["start"] - first).dt.total_microseconds().cast(pl.Float64) / 1e6
+    n = rows.height
+    return Workload(
+        arrival=arrival.to_numpy(),
+        prompt_len=rows["prompt_tokens"].clip(lower_bound=1).to_numpy(),
+        # Failed requests report 0 output tokens: replayed as 1-token requests.
+        output_len=rows["output_tokens"].clip(lower_bound=1).to_numpy(),
+        priority=np.zeros(n, dtype=np.int64),
+        description={"kind": "client results", "requests": n},
+    )
+
+
+def whatif_sweeps(
+    inputs: Sequence[DeploymentInputs],
+    report: Report,
+    values: Sequence[int],
+    *,
+    model: str = DEFAULT_WHATIF_MODEL,
+    gpu: str = DEFAULT_WHATIF_GPU,
+) -> tuple[dict[str, list[WhatIfOutcome]], list[str]]:
+    """Per deployment with client results: the max_num_seqs sweep (plus the current value).
+
+    The base configuration is what the report observed (KV blocks, flags: base_from_capacity);
+    model and GPU only set the step times. Returns the sweeps and a note per deployment left out.
+    """
+    by_name: dict[str, DeploymentReport] = {d.name: d for d in report.deployments}
+    base = SimConfig(model=model_preset(model), gpu=gpu_preset(gpu))
+    sweeps: dict[str, list[WhatIfOutcome]] = {}
+    notes: list[str] = []
+    for item in inputs:
+        dep = by_name.get(item.name)
+        if dep is None:
+            continue
+        workload = workload_from_latencies(item.latencies) if item.latencies is not None else None
+        if workload is None:
+            notes.append(
+                f"what-if: {item.name} has no client results with token counts (--bench), "
+                "so no curve"
+            )
+            continue
+        config = base_from_capacity(dep.capacity, base)
+        current = dep.capacity.max_num_seqs
+        points = sorted({*values, *([current] if current is not None else [])})
+        sweeps[item.name] = sweep(workload, "max_num_seqs", points, base=config)
+    return sweeps, notes
+
+
+def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Report]:
     params = AnalysisParams(
         window_s=parse_duration(args.window),
         now=parse_time(args.now) if args.now else None,
@@ -293,18 +396,28 @@ def build_report(args: argparse.Namespace) -> Report:
     )
     inputs = load_inputs(args.paths, args.metrics, args.bench, options=options)
     report = analyze(inputs, params)
-    return dataclasses.replace(report, generated_at=datetime.now(UTC))
+    return inputs, dataclasses.replace(report, generated_at=datetime.now(UTC))
 
 
 def run(args: argparse.Namespace) -> int:
+    values = parse_sweep(args.whatif_sweep) if args.whatif_sweep else None
+    if values and not args.html:
+        raise ConfigError("--whatif-sweep draws in the HTML report: give --html FILE too")
     try:
-        report = build_report(args)
+        inputs, report = build_report(args)
     except ValueError as exc:  # e.g. an invalid --window combination
         raise ConfigError(str(exc)) from None
     except OSError as exc:
         raise InputError(getattr(exc, "filename", None) or "-", str(exc)) from None
     if args.html:
-        write_html(report, args.html)
+        sweeps = None
+        if values:
+            sweeps, notes = whatif_sweeps(
+                inputs, report, values, model=args.whatif_model, gpu=args.whatif_gpu
+            )
+            for note in notes:
+                Console(stderr=True).print(note)
+        write_html(report, args.html, whatif=sweeps)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

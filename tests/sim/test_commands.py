@@ -201,3 +201,86 @@ def test_demo_serve_argv_makes_the_live_verdict_match_the_report(
     # calls the A10G only at risk once the surge is a few minutes old.
     i = argv.index("--resolve-after")
     assert _live_verdicts(demo_dir, argv[:i] + argv[i + 2 :], later)["chat-a10g"] == "at_risk"
+
+
+Traces = dict[str, dict[str, list[float]]]  # trace name -> {"x": [...], "y": [...]}
+
+
+def _whatif_traces(html_path: Path) -> dict[str, Traces]:
+    """Per capacity figure of an HTML report: the what-if traces' x and y, by trace name."""
+    text = html_path.read_text(encoding="utf-8")
+    marker = '<script type="application/json" id="preemptscope-figures">'
+    body = text.split(marker, 1)[1].split("</script>", 1)[0]
+    figures = json.loads(body)
+    return {
+        fig_id: {
+            trace["name"]: {"x": list(trace["x"]), "y": list(trace["y"])}
+            for trace in figure["data"]
+            if str(trace.get("name", "")).startswith("predicted")
+        }
+        for fig_id, figure in figures.items()
+        if fig_id.endswith("-capacity")
+    }
+
+
+def test_demo_html_draws_the_whatif_curve(demo_dir: Path) -> None:
+    from preemptscope.commands.demo import WHATIF_SWEEP
+
+    traces = _whatif_traces(demo_dir / "report.html")
+    a10g, a100 = traces["fig-0-capacity"], traces["fig-1-capacity"]  # report order
+    values = sorted({*WHATIF_SWEEP, 128})
+    for curve in (a10g, a100):
+        assert curve["predicted preemptions"]["x"] == values
+        assert curve["predicted p99 (s)"]["x"] == values
+    preempted = dict(zip(values, a10g["predicted preemptions"]["y"], strict=True))
+    truth = json.loads((demo_dir / "chat-a10g" / "ground-truth.json").read_text())
+    # At its own setting the replay is the simulation the files came from.
+    assert preempted[128] == truth["totals"]["preemptions"] > 0
+    assert preempted[8] == 0  # a small batch never outgrows the A10G's KV cache
+    assert a100["predicted preemptions"]["y"] == [0] * len(values)
+
+
+def test_report_whatif_sweep_replays_the_bench_file(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a10g, a100 = demo_dir / "chat-a10g", demo_dir / "chat-a100"
+    html = tmp_path / "report.html"
+    argv = [
+        "report",
+        f"{a10g / 'vllm.log'}=chat-a10g",
+        f"{a100 / 'vllm.log'}=chat-a100",
+        "--bench",
+        f"{a10g / 'bench.json'}=chat-a10g",
+        "--html",
+        str(html),
+        "--whatif-sweep",
+        "8,32",
+        "--whatif-gpu",
+        "A10G",
+    ]
+    assert main(argv) == 0
+    assert "chat-a100 has no client results" in capsys.readouterr().err
+    traces = _whatif_traces(html)
+    assert traces["fig-1-capacity"] == {}  # no --bench for it: no curve
+    curve = traces["fig-0-capacity"]["predicted preemptions"]
+    assert curve["x"] == [8, 32, 128]  # the current max_num_seqs (from the log) is added
+    # The bench file's requests on the log's KV blocks reproduce the simulated deployment.
+    demo = _whatif_traces(demo_dir / "report.html")["fig-0-capacity"]["predicted preemptions"]
+    by_value = dict(zip(demo["x"], demo["y"], strict=True))
+    assert curve["y"] == [by_value[8], by_value[32], by_value[128]]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--whatif-sweep", "8,16"], "give --html"),
+        (["--whatif-sweep", "8,x", "--html", "r.html"], "expected integers"),
+        (["--whatif-sweep", "0", "--html", "r.html"], ">= 1"),
+    ],
+)
+def test_report_whatif_sweep_refuses_bad_flags(
+    demo_dir: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = demo_dir / "chat-a10g" / "vllm.log"
+    assert main(["report", str(log), *extra]) == 2
+    assert message in capsys.readouterr().err
