@@ -13,6 +13,7 @@ from preemptscope.analysis.report import (
     Capacity,
     Correlation,
     DeploymentReport,
+    Event,
     Preemptions,
     Report,
     SourceSummary,
@@ -32,6 +33,7 @@ STATE_STYLE = {
 }
 QUALITY_MARK = {"exact": "", "lower_bound": "≥", "inferred": "~", "none": ""}
 MAX_WINDOW_ROWS = 12
+MAX_EVENT_ROWS = 10
 
 
 def _time(value: datetime | None) -> str:
@@ -329,6 +331,19 @@ def _correlation_line(c: Correlation, *, has_windows: bool = True) -> Text | Non
     return Text(f"Correlation ({c.metric}): " + "; ".join(parts))
 
 
+def _events_text(events: Sequence[Event]) -> Text | None:
+    """Restarts and config changes, one line each (the first MAX_EVENT_ROWS)."""
+    if not events:
+        return None
+    text = Text("Events (restarts, config changes):")
+    for e in events[:MAX_EVENT_ROWS]:
+        label = "config change: " if e.kind == "config_change" else ""  # restarts say so
+        text.append(f"\n  {_time(e.time)}  {label}{e.message}")
+    if len(events) > MAX_EVENT_ROWS:
+        text.append(f"\n  ... and {len(events) - MAX_EVENT_ROWS} more (see --json)")
+    return text
+
+
 def deployment_panel(d: DeploymentReport) -> Panel:
     state = d.verdict.state
     title = Text.assemble(
@@ -349,6 +364,9 @@ def deployment_panel(d: DeploymentReport) -> Panel:
     line = timeline(d.windows)
     if line is not None:
         parts.append(line)
+    events = _events_text(d.events)
+    if events is not None:
+        parts.append(events)
     if d.windows:
         table = windows_table(d.windows)
         parts.append(table if table.row_count else Text(str(table.title)))

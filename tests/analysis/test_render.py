@@ -9,7 +9,7 @@ from preemptscope.analysis.render import _correlation_line, render_report, spark
 from preemptscope.analysis.report import Correlation, SourceSummary
 from rich.console import Console
 
-from .builders import latencies_frame, logframes, request, stat
+from .builders import config_frame, latencies_frame, logframes, request, setting, stat
 
 
 def test_sparkline_scales_and_marks_missing() -> None:
@@ -121,3 +121,23 @@ def test_summary_of_a_quiet_deployment_with_latency_has_a_clean_correlation_line
     line = next(x for x in out.getvalue().splitlines() if "Correlation" in x)
     assert "no window with preemption to compare; without preemption (10 windows): p99/mean" in line
     assert ":;" not in line and "p99/mean -" not in line
+
+
+def test_summary_lists_restarts_and_config_changes() -> None:
+    rows = [stat(t, running=8, waiting=0, kv=0.4) for t in range(10, 600, 10) if t != 300]
+    lf = logframes(rows)
+    lf.frames["config"] = config_frame(
+        [
+            setting(0, "vllm_version", "0.11.0", line=1, origin="version_line"),
+            setting(0, "max_num_seqs", "256", line=2),
+            setting(300, "vllm_version", "0.11.0", line=301, origin="version_line"),
+            setting(300, "max_num_seqs", "128", line=302),
+        ]
+    )
+    report = analyze([DeploymentInputs("d", logs=[lf])])
+    out = io.StringIO()
+    render_report(report, Console(file=out, width=200, color_system=None))
+    text = out.getvalue()
+    assert "Events (restarts, config changes):" in text
+    assert "11-20 10:05:00  vLLM restarted: a new startup in vllm.log (vLLM 0.11.0)" in text
+    assert "11-20 10:05:00  config change: max_num_seqs 256 → 128" in text
