@@ -283,13 +283,16 @@ def _word(text: pl.Expr, delimiters: str = r"[ :,\r\n]") -> pl.Expr:
 
 def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     # The message starts with the row's lead words and the id: positions, no capture regex.
-    frame = _header_columns(sub).with_columns(
-        pl.col("raw").str.slice(pl.col("_msg_at"), 200).str.strip_prefix(" ").alias("_head")
-    )
+    head = pl.col("raw").str.slice(pl.col("_msg_at"), 200).str.strip_prefix(" ")
+    frame = _header_columns(sub).with_columns(head.alias("_head"))
     message = pl.col("_head")
-    words = message.str.extract(_REQ_LEAD, 0)
-    event = message.str.extract(_REQ_LEAD, 1).replace_strict(
-        _REQ_EVENTS, default=None, return_dtype=pl.String
+    # The lead words once per row (one regex pass); the event is looked up from them.
+    frame = frame.with_columns(message.str.extract(_REQ_LEAD, 0).alias("_words"))
+    words = pl.col("_words")
+    event = (
+        words.str.strip_suffix(" ")
+        .str.strip_suffix("(s)")
+        .replace_strict(_REQ_EVENTS, default=None, return_dtype=pl.String)
     )
     rid = _word(message.str.slice(words.str.len_chars())).str.strip_chars_end(".")
     return frame.select(
