@@ -118,6 +118,11 @@ def _kind_columns(kind: str) -> dict[str, pl.DataType]:
     return cols
 
 
+_KIND_SCHEMAS = {
+    kind: pl.Schema(_kind_columns(kind)) for kind in FRAME_SCHEMAS if kind != "unrecognized"
+}
+
+
 def _envelope_columns() -> list[pl.Expr]:
     return [
         pl.coalesce(pl.col("proc").str.strip_chars(), pl.col("rank")).alias("process"),
@@ -596,10 +601,10 @@ def _finish(
     for kind, parts in batch.frames.items():
         if kind == "unrecognized" or not parts:
             continue
-        columns = _kind_columns(kind)
-        kinds[kind] = pl.concat(
-            [p.select(list(columns)).cast(pl.Schema(columns)) for p in parts]
-        ).sort("line", nulls_last=True)
+        target = _KIND_SCHEMAS[kind]
+        # Parts already in the target schema (the usual case) need no select and cast.
+        same = [p if p.schema == target else p.select(list(target)).cast(target) for p in parts]
+        kinds[kind] = (same[0] if len(same) == 1 else pl.concat(same)).sort("line", nulls_last=True)
     if kinds:
         _date_and_stamp(
             kinds, result, source=source, deployment=deployment, options=options, state=state
