@@ -26,7 +26,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 from preemptscope.ingest import _lines
 from preemptscope.ingest import catalogue as cat
-from preemptscope.ingest._reader import CHUNK_BYTES, display_name, iter_chunks, split_lines
+from preemptscope.ingest._reader import (
+    CHUNK_BYTES,
+    display_name,
+    iter_chunks,
+    last_line,
+    split_lines,
+)
 from preemptscope.ingest._time import (
     SMALL_FRAME,
     YearState,
@@ -784,13 +790,6 @@ def _route_chunk(
     return _route(split_lines(chunk), first_line, previous, want_all)
 
 
-def _last_line(chunk: memoryview) -> str:
-    data = chunk.obj if isinstance(chunk.obj, (bytes, bytearray)) else bytes(chunk)
-    end = len(chunk)
-    start = data.rfind(b"\n", 0, end - 1) + 1 if end else 0
-    return bytes(chunk[start:end]).decode("utf-8", "replace")
-
-
 def iter_parse_path(
     path: str | Path,
     *,
@@ -838,7 +837,7 @@ def iter_parse_path(
             if progress is not None:
                 progress(len(chunk))
             in_flight.append(pool.submit(_route_chunk, chunk, 1, previous, not summary_only))
-            previous = _last_line(chunk)
+            previous = last_line(chunk)
             while len(in_flight) > threads:
                 yield finish(in_flight.popleft())
         while in_flight:
