@@ -418,6 +418,25 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     ).to_series()
 
 
+# The three literals of uvicorn's access shape in their usual order, one DFA pass: a line it
+# matches has all three, so only the others need the separate literal checks.
+_ACCESS_FAST = r'(?s)INFO:.* - ".* HTTP/'
+
+
+def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """(has ` HTTP/`, also has uvicorn's shape: `INFO:` and ` - "`) for every line."""
+    fast = raw.str.contains(_ACCESS_FAST)
+    others = (~fast).arg_true()
+    if others.len() == 0:
+        return fast, fast
+    sub = raw.gather(others)
+    http = sub.str.contains(" HTTP/", literal=True)
+    if not http.any():
+        return fast, fast
+    shape = http & sub.str.contains("INFO:", literal=True) & sub.str.contains(' - "', literal=True)
+    return fast.clone().scatter(others, http), fast.clone().scatter(others, shape)
+
+
 def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool) -> _Batch:
     """Route every line and extract the vectorised kinds; odd lines go to _lines.
 
@@ -477,13 +496,10 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         odd, df = split(df, odd_mask)
         odd_parts.append(odd)
     # 1. uvicorn access lines, the bulk of a busy server's log.
-    access, rest = split(df, df["raw"].str.contains(" HTTP/", literal=True))
+    http, shape = _access_masks(df["raw"])
+    access, rest = split(df, http)
     if access.height:
-        # Uvicorn's shape by literals; fields a damaged line lacks are null when extracted.
-        shape = access["raw"].str.contains("INFO:", literal=True) & access["raw"].str.contains(
-            ' - "', literal=True
-        )
-        good, bad = split(access, shape)
+        good, bad = split(access, shape.filter(http))
         claim("access", good)
         rest = join(rest, bad)
     # 2. kinds parsed per line (preemption, KV sizing, config).
