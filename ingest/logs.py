@@ -252,18 +252,38 @@ def _with_prefix(frame: pl.DataFrame, pre: pl.Expr) -> pl.DataFrame:
     return _by_distinct(frame, rest, _process_columns).drop("_pre")
 
 
+def _chars(text: pl.Expr, offset: pl.Expr) -> pl.Expr:
+    """A byte offset from `str.find` as the character offset `str.slice` wants.
+
+    They differ as soon as non-ASCII text (a compose service name, a custom prefix) stands
+    before the offset; the prefix up to a found ASCII pattern is always whole UTF-8.
+    """
+    return (
+        pl.when(text.str.len_bytes() == text.str.len_chars())
+        .then(offset)
+        .otherwise(
+            text.cast(pl.Binary)
+            .bin.slice(0, offset)
+            .cast(pl.String, strict=False)
+            .str.len_chars()
+            .cast(pl.Int64)
+        )
+        .cast(pl.Int64)
+    )
+
+
 def _header_columns(frame: pl.DataFrame) -> pl.DataFrame:
     """Envelope of lines with exactly one vLLM header, plus `_msg_at` (message offset)."""
     raw = pl.col("raw")
     at = pl.col("_at")
-    frame = frame.with_columns(raw.str.find(_TS_FIND).cast(pl.Int64).alias("_at"))
+    frame = frame.with_columns(_chars(raw, raw.str.find(_TS_FIND).cast(pl.Int64)).alias("_at"))
     before = pl.min_horizontal(at, 9)
     word = raw.str.slice(at - before, before)
     # No level name ends another, so at most one can end the word.
     frame = frame.with_columns(word.str.extract(_LEVEL_BEFORE_TS, 1).alias("level"))
     pre_end = at - (pl.col("level").str.len_bytes().cast(pl.Int64) + 1).fill_null(0)
     location = raw.str.slice(at + 15, 160)
-    close = location.str.find("]", literal=True).cast(pl.Int64)
+    close = _chars(location, location.str.find("]", literal=True).cast(pl.Int64))
     frame = _with_prefix(frame, raw.str.slice(0, pre_end)).with_columns(
         raw.str.slice(at, 2).alias("_mon"),
         raw.str.slice(at + 3, 2).alias("_day"),
@@ -288,7 +308,7 @@ def _message(start: pl.Expr) -> pl.Expr:
 
 def _word(text: pl.Expr, delimiters: str = r"[ :,\r\n]") -> pl.Expr:
     """Text up to the first delimiter (a null length, when there is none, means to the end)."""
-    end = text.str.find(delimiters, literal=len(delimiters) == 1)
+    end = _chars(text, text.str.find(delimiters, literal=len(delimiters) == 1).cast(pl.Int64))
     return text.str.slice(0, end)
 
 
@@ -325,8 +345,8 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
 def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
     raw = pl.col("raw")
     frame = sub.with_columns(
-        raw.str.find("INFO:", literal=True).cast(pl.Int64).alias("_info"),
-        raw.str.find(' - "', literal=True).cast(pl.Int64).alias("_dash"),
+        _chars(raw, raw.str.find("INFO:", literal=True).cast(pl.Int64)).alias("_info"),
+        _chars(raw, raw.str.find(' - "', literal=True).cast(pl.Int64)).alias("_dash"),
     )
     frame = _with_prefix(frame, raw.str.slice(0, pl.col("_info")))
     client = raw.str.slice(pl.col("_info") + 5, pl.col("_dash") - pl.col("_info") - 5)
@@ -362,7 +382,7 @@ def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
 def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
     if uvicorn:
         raw = pl.col("raw")
-        start = raw.str.find(_LEVEL_FIND).cast(pl.Int64)
+        start = _chars(raw, raw.str.find(_LEVEL_FIND).cast(pl.Int64))
         level = raw.str.slice(start, 10).str.extract(r"^([A-Z]+):", 1)
         frame = _with_prefix(sub, raw.str.slice(0, start)).with_columns(
             level.alias("level"),
