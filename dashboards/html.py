@@ -141,9 +141,12 @@ def _deployment_section(
 # Starts plotly.js from its inert <script type="text/plain"> copy as a blob: script. An inline
 # script is compiled on the main thread before anything after it is parsed (~0.15 s for plotly.js
 # in chromium); a script with a URL is compiled on a background thread while the main thread goes
-# on parsing the page and the figure data. The compile hint asks V8 to compile every function
-# there too, not lazily on the main thread at first call. The blob inherits this file's nonce (no
-# CSP change: nonces allow any URL); where a blob script cannot load, the same text runs inline.
+# on parsing the rest of the page and the figure data. The compile hint asks V8 to compile every
+# function there too, not lazily on the main thread at first call (plotly.js then runs in ~0.5 s
+# of main-thread time instead of ~0.9 s; other browsers ignore the comment). The blob inherits
+# this file's nonce (no CSP change: a nonce allows any URL); where a blob script cannot load, the
+# same text runs inline. (Moving the copy into <head> to start sooner was no faster and delayed
+# the first paint of the verdict cards from 0.15 s to 0.3 s.)
 _START_PLOTLY = """
 (function () {
   var source = document.getElementById("preemptscope-plotly");

@@ -85,11 +85,32 @@ def test_report_renders_offline_in_chromium(tmp_path: Path, watched: Watched) ->
     timeline = next(g for g in graphs if g["id"] == "fig-0-timeline")
     assert timeline["traces"] >= 12 and timeline["points"] >= 12 * 1200
     assert timeline["gl"] > 0  # 1,200 windows: WebGL traces drew
+    # plotly.js ran from a blob: script (compiled off the main thread), not the inline fallback.
+    assert page.evaluate("Array.from(document.scripts).some(s => s.src.startsWith('blob:'))")
     assert page.evaluate("window.__xss") is None
     assert page.locator("text=onerror").count() > 0  # the payload shows as text
     assert watched.console_errors == []
     assert watched.foreign_requests() == []
     watched.screenshot("report.png")
+
+
+@pytest.mark.integration
+def test_plotly_runs_inline_where_a_blob_script_cannot_load(
+    tmp_path: Path, watched: Watched
+) -> None:
+    """plotly.js normally starts as a blob: script (compiled off the main thread); without blob
+    URLs the same inlined text runs as an inline script and every figure is still drawn."""
+    path = tmp_path / "report.html"
+    write_report_html(make_report(120), path)
+    page = watched.page
+    page.add_init_script("URL.createObjectURL = () => { throw new Error('no blob URLs'); };")
+    page.goto(path.as_uri())
+    page.wait_for_function("window.__preemptscopeRendered !== undefined", timeout=30_000)
+    graphs = plotted(page)
+    assert len(graphs) == 3 and all(g["traces"] > 0 for g in graphs)
+    assert page.evaluate("Array.from(document.scripts).filter(s => s.src).length") == 0
+    assert watched.console_errors == []
+    assert watched.foreign_requests() == []
 
 
 @pytest.mark.integration
