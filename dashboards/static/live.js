@@ -146,6 +146,10 @@
   }
 
   function renderDeployment(payload) {
+    // Show the page before drawing: Plotly sizes a figure from its container, and a hidden
+    // container has no width (the figures would stay at Plotly's 700-px default).
+    login.hidden = true;
+    content.hidden = false;
     document.getElementById("card").innerHTML = payload.card_html; // escaped server-side
     var drawn = Object.keys(FIGURES).map(function (key) {
       return window.preemptscopePlots.draw(FIGURES[key], payload.figures[key], config);
