@@ -302,6 +302,12 @@ def _header_columns(frame: pl.DataFrame) -> pl.DataFrame:
     return _by_distinct(frame, raw.str.slice(at + 15, close + 1), location_columns)
 
 
+def _header_envelope() -> list[pl.Expr]:
+    """The envelope columns `_header_columns` made, as the vectorised (bulk) path's rows."""
+    names = ("line", "process", "pid", "level", "_mon", "_day", "_hms", "_wts", "_ats")
+    return [*(pl.col(name) for name in names), pl.lit(True).alias("_bulk")]
+
+
 def _message(start: pl.Expr) -> pl.Expr:
     return pl.col("raw").str.slice(start).str.strip_prefix(" ").str.strip_chars_end("\r\n")
 
@@ -327,16 +333,7 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     )
     rid = _word(message.str.slice(words.str.len_chars())).str.strip_chars_end(".")
     return frame.select(
-        pl.col("line"),
-        pl.col("process"),
-        pl.col("pid"),
-        pl.col("level"),
-        pl.col("_mon"),
-        pl.col("_day"),
-        pl.col("_hms"),
-        pl.col("_wts"),
-        pl.col("_ats"),
-        pl.lit(True).alias("_bulk"),
+        *_header_envelope(),
         event.alias("event"),
         pl.when(event.is_not_null()).then(rid).alias("request_id"),
     )
@@ -396,16 +393,7 @@ def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
     else:
         frame = _header_columns(sub).with_columns(_message(pl.col("_msg_at")).alias("message"))
     return frame.select(
-        pl.col("line"),
-        pl.col("process"),
-        pl.col("pid"),
-        pl.col("level"),
-        pl.col("_mon"),
-        pl.col("_day"),
-        pl.col("_hms"),
-        pl.col("_wts"),
-        pl.col("_ats"),
-        pl.lit(True).alias("_bulk"),
+        *_header_envelope(),
         pl.col("logger_file"),
         pl.col("logger_line"),
         pl.col("message"),
