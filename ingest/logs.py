@@ -24,8 +24,9 @@ from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
-from preemptscope.ingest import _lines
+from preemptscope.ingest import _lines, _native
 from preemptscope.ingest import catalogue as cat
+from preemptscope.ingest._native import ACCESS, BLANK, OTHER, REQUEST, UNDECIDED
 from preemptscope.ingest._reader import (
     CHUNK_BYTES,
     display_name,
@@ -95,9 +96,12 @@ _ANSI_LITERALS = ["\x1b", "#033[", "[0m", "[0;0m"]
 # Request rows whose message starts right after the `[file:line] ` of a vLLM header: a
 # literal check (Aho-Corasick) instead of a regex over the biggest lines of a V0 log.
 _REQ_STARTS = [f"] {row.literal}" for row in cat.REQUEST_ROWS if row.literal != "Request "]
-_PY_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.PYTHON_ROWS}))
-_STATS_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.STATS_ROWS}))
-_REQ_LIT = "|".join(sorted({re.escape(row.literal) for row in cat.REQUEST_ROWS}))
+_PY_LITERALS = sorted({row.literal for row in cat.PYTHON_ROWS})
+_STATS_LITERALS = sorted({row.literal for row in cat.STATS_ROWS})
+_REQ_LITERALS = sorted({row.literal for row in cat.REQUEST_ROWS})
+_PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
+_STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
+_REQ_LIT = "|".join(re.escape(literal) for literal in _REQ_LITERALS)
 _UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
 _STATS_VALID = (
     cat.HEADER_CORE
@@ -109,6 +113,20 @@ _REQ_GROUPS = "|".join(
 )
 _REQ_VALID = cat.HEADER_CORE + "(?:" + _REQ_GROUPS + ")"
 _STATS_EXTRACT = cat.ENVELOPE + r"(?P<msg>[^\r\n]*)"
+# The native scanner settles the plain lines with the same literals as the probes below.
+_SCANNER = (
+    _native.Scanner(
+        _native.literal_table(
+            python_literals=_PY_LITERALS,
+            stats_literals=_STATS_LITERALS,
+            request_starts=_REQ_STARTS,
+            request_literals=_REQ_LITERALS,
+            ansi_literals=_ANSI_LITERALS,
+        )
+    )
+    if _native.available()
+    else None
+)
 
 
 def _kind_columns(kind: str) -> dict[str, pl.DataType]:
@@ -446,19 +464,109 @@ def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
 
 
 def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool) -> _Batch:
-    """Route every line and extract the vectorised kinds; odd lines go to _lines.
-
-    A cascade of filters: each probe runs only on the lines no earlier probe claimed, so the
-    bulk (access lines) costs two scans, and the rare kinds pay for the detailed checks.
-    """
+    """Route every line of a Series and extract the vectorised kinds (no native scanner)."""
     n = raw.len()
-    frames: dict[str, list[pl.DataFrame]] = {kind: [] for kind in FRAME_SCHEMAS}
-    accounting = LineAccounting(lines=n)
     if n == 0:
-        return _Batch(frames, accounting, {})
+        return _Batch({kind: [] for kind in FRAME_SCHEMAS}, LineAccounting(lines=0), {})
     df = pl.DataFrame({"raw": raw}).with_columns(
         pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
     )
+
+    def before(index: list[int]) -> list[str | None]:
+        return _before(raw.gather([i - 1 for i in index if i > 0]).to_list(), index, previous)
+
+    routed, odd_parts = _cascade(df)
+    return _assemble(routed, odd_parts, {}, n, first_line, before, want_all)
+
+
+@dataclass
+class _Piece:
+    """A natively scanned chunk: what stays of it once the chunk's buffer can be released."""
+
+    lines: int
+    settled: dict[str, int]  # lines of a known kind whose text was not kept
+    kept: dict[str, pl.DataFrame]  # name -> frame(raw, line) of a known kind
+    undecided: pl.DataFrame  # raw, line, prev: for _cascade
+    size: int  # bytes of text kept
+
+
+def _scan_piece(chunk: memoryview, previous: str | None, want_all: bool) -> _Piece:
+    """Scan a chunk (chunk-local 0-based line numbers); runs in a worker thread."""
+    assert _SCANNER is not None
+    # Summary mode needs only the counts of the settled lines, not their text.
+    keep = (UNDECIDED, ACCESS, REQUEST, OTHER) if want_all else (UNDECIDED,)
+    scanned = _SCANNER.scan(chunk, keep)
+    settled: dict[str, int] = {}
+    kept: dict[str, pl.DataFrame] = {}
+    for code in (ACCESS, REQUEST, OTHER, BLANK):
+        if not scanned.counts[code]:
+            continue
+        name = _native.CODE_NAMES[code]
+        if code in scanned.groups:
+            kept[name] = scanned.groups[code]
+        else:
+            settled[name] = scanned.counts[code]
+    undecided = scanned.groups[UNDECIDED]
+    # The physical line before each undecided line, for hard-wrap continuations: taken now,
+    # so the chunk's buffer is not kept until the lines are routed.
+    starts = scanned.starts
+    index = undecided["line"].to_list()
+    texts = [
+        bytes(chunk[starts[i - 1] : starts[i]]).decode("utf-8", "replace") for i in index if i > 0
+    ]
+    prev = pl.Series("prev", _before(texts, index, previous), dtype=pl.String)
+    size = sum(int(frame["raw"].str.len_bytes().sum() or 0) for frame in kept.values())
+    size += int(undecided["raw"].str.len_bytes().sum() or 0)
+    return _Piece(scanned.lines, settled, kept, undecided.with_columns(prev), size)
+
+
+def _route_pieces(pieces: list[_Piece], want_all: bool) -> _Batch:
+    """Route consecutive scanned pieces (global line numbers) as one batch; in a worker.
+
+    Only the undecided lines take the cascade, so batching several chunks' worth of them
+    pays the cascade's fixed cost (dozens of Polars queries) once instead of per chunk.
+    """
+    undecided = pl.concat([piece.undecided for piece in pieces])
+    routed: dict[str, list[pl.DataFrame]] = {}
+    odd_parts: list[pl.DataFrame] = []
+    if undecided.height:
+        routed, odd_parts = _cascade(undecided.drop("prev"))
+    settled: dict[str, int] = {}
+    for piece in pieces:
+        for name, count in piece.settled.items():
+            settled[name] = settled.get(name, 0) + count
+        for name, frame in piece.kept.items():
+            routed.setdefault(name, []).append(frame)
+    prev_of = dict(zip(undecided["line"].to_list(), undecided["prev"].to_list(), strict=True))
+
+    def before(lines: list[int]) -> list[str | None]:
+        return [prev_of[line] for line in lines]
+
+    lines = sum(piece.lines for piece in pieces)
+    return _assemble(routed, odd_parts, settled, lines, 0, before, want_all)
+
+
+def _before(
+    texts: Sequence[str | None], index: list[int], previous: str | None
+) -> list[str | None]:
+    """The line before each chunk-local index: `texts` for the indexes > 0, `previous` for 0.
+
+    As in _cascade, a docker json-file line is read unwrapped (`previous` stays as it is).
+    """
+    if any(text is not None and text.startswith('{"log":') for text in texts):
+        texts = _unwrap_json_file(pl.Series("raw", texts, dtype=pl.String)).to_list()
+    inner = iter(texts)
+    return [previous if i == 0 else next(inner) for i in index]
+
+
+def _cascade(df: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], list[pl.DataFrame]]:
+    """Route the lines of `df` (raw, line): (claimed parts by name, parts for _lines).
+
+    A cascade of filters: each probe runs only on the lines no earlier probe claimed, so the
+    bulk (access lines) costs two scans, and the rare kinds pay for the detailed checks.
+    Every line is routed on its own text alone, so any subset of lines routes the same.
+    """
+    raw = df["raw"]
     raw_c = pl.col("raw")
     brace = raw.str.starts_with("{")
     if brace.any() and raw.str.starts_with('{"log":').any():
@@ -546,7 +654,29 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         claim("other_uvi", uvi.drop("hdr"))
         odd_parts.append(rest.drop("hdr"))
 
+    return routed, odd_parts
+
+
+def _assemble(
+    routed: dict[str, list[pl.DataFrame]],
+    odd_parts: list[pl.DataFrame],
+    settled: dict[str, int],
+    n: int,
+    first_line: int,
+    before: Callable[[list[int]], list[str | None]],
+    want_all: bool,
+) -> _Batch:
+    """Extract the claimed parts (or count them, in summary mode) and parse the odd lines.
+
+    `settled` counts lines whose kind is known but whose text was not kept (summary mode);
+    `before(index)` gives the physical line before each chunk-local index (0: the line
+    before the chunk), for hard-wrap continuations.
+    """
+    frames: dict[str, list[pl.DataFrame]] = {kind: [] for kind in FRAME_SCHEMAS}
+    accounting = LineAccounting(lines=n)
     counts = {name: sum(part.height for part in parts) for name, parts in routed.items()}
+    for name, count in settled.items():
+        counts[name] = counts.get(name, 0) + count
     accounting.blank_lines = counts.get("blank", 0)
     summarized: dict[str, int] = {}
     if "stats" in routed:
@@ -558,7 +688,7 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         "other_uvi": ("other", lambda sub: _other_frame(sub, uvicorn=True)),
     }
     for name, (kind, builder) in builders.items():
-        if name not in routed:
+        if name not in counts:
             continue
         if want_all:
             frames[kind].append(builder(pl.concat(routed[name], how="diagonal")))
@@ -569,11 +699,8 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
     parsed = 0
     if odd_parts:
         odd = pl.concat([part.select("line", "raw") for part in odd_parts]).sort("line")
-        # The physical line before each odd line (for hard-wrap continuations).
-        index = odd["line"] - first_line
-        before = raw.gather((index - 1).clip(lower_bound=0)).to_list()
-        prevs = [previous if i == 0 else before[k] for k, i in enumerate(index.to_list())]
-        odd = odd.with_columns(pl.Series("prev", prevs, dtype=pl.String))
+        index = (odd["line"] - first_line).to_list()
+        odd = odd.with_columns(pl.Series("prev", before(index), dtype=pl.String))
         result = _lines.parse_odd_lines(
             [(int(a), str(b), c) for a, b, c in odd.select("line", "raw", "prev").iter_rows()]
         )
@@ -851,21 +978,83 @@ def iter_parse_path(
             deployment=dep,
             options=opts,
             state=state,
-            line_offset=next_line - 1,
+            # Batches of scanned chunks are numbered already; routed chunks count from 1.
+            line_offset=0 if _SCANNER is not None else next_line - 1,
         )
         next_line += batch.accounting.lines
         return frames
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for chunk in iter_chunks(name, chunk_bytes, _lines.may_continue):
-            if progress is not None:
-                progress(len(chunk))
-            in_flight.append(pool.submit(_route_chunk, chunk, 1, previous, not summary_only))
-            previous = last_line(chunk)
-            while len(in_flight) > threads:
-                yield finish(in_flight.popleft())
+        chunks = iter_chunks(name, chunk_bytes, _lines.may_continue)
+        if _SCANNER is None:
+            for chunk in chunks:
+                if progress is not None:
+                    progress(len(chunk))
+                in_flight.append(pool.submit(_route_chunk, chunk, 1, previous, not summary_only))
+                previous = last_line(chunk)
+                while len(in_flight) > threads:
+                    yield finish(in_flight.popleft())
+        else:
+            for batch in _scanned_batches(pool, chunks, threads, not summary_only, progress):
+                in_flight.append(batch)
+                while len(in_flight) > threads:
+                    yield finish(in_flight.popleft())
         while in_flight:
             yield finish(in_flight.popleft())
+
+
+# A batch of scanned pieces goes to the cascade once it holds this much text, or this many
+# chunks (summary mode keeps ~0.5 % of a chunk's text, so batches span several chunks).
+_BATCH_BYTES = 8 * 1024 * 1024
+_BATCH_CHUNKS = 8
+
+
+def _scanned_batches(
+    pool: ThreadPoolExecutor,
+    chunks: Iterator[memoryview],
+    threads: int,
+    want_all: bool,
+    progress: Callable[[int], None] | None,
+) -> Iterator[Future[_Batch]]:
+    """Scan chunks in the pool, number their lines in order, and route them in batches.
+
+    Batches are yielded in order, with global line numbers (0-based line_offset); each
+    holds whole chunks, so its accounting adds up on its own.
+    """
+    scans: deque[Future[_Piece]] = deque()
+    pieces: list[_Piece] = []
+    size = 0
+    first = 1
+    previous: str | None = None
+
+    def take(piece: _Piece) -> None:
+        nonlocal first, size
+        offset = pl.col("line") + first
+        piece.kept = {k: f.with_columns(offset) for k, f in piece.kept.items()}
+        piece.undecided = piece.undecided.with_columns(offset)
+        first += piece.lines
+        size += piece.size
+        pieces.append(piece)
+
+    def flush() -> Future[_Batch]:
+        nonlocal pieces, size
+        batch = pool.submit(_route_pieces, pieces, want_all)
+        pieces, size = [], 0
+        return batch
+
+    for chunk in chunks:
+        if progress is not None:
+            progress(len(chunk))
+        scans.append(pool.submit(_scan_piece, chunk, previous, want_all))
+        previous = last_line(chunk)
+        while len(scans) > threads:
+            take(scans.popleft().result())
+            if size >= _BATCH_BYTES or len(pieces) >= _BATCH_CHUNKS:
+                yield flush()
+    while scans:
+        take(scans.popleft().result())
+    if pieces:
+        yield flush()
 
 
 def parse_path(
