@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover
     _module = None
 
 UNDECIDED, ACCESS, REQUEST, OTHER, BLANK = range(5)
+Loop = Literal["best", "ssse3", "bytes"]
 CODE_NAMES = ("undecided", "access", "requests", "other", "blank")
 
 # Flag bits, as in _scan.c.
@@ -111,15 +112,19 @@ class Scanner:
         assert _module is not None
         self._table = _module.compile(rows)
 
-    def scan(self, chunk: bytes | memoryview, keep: Sequence[int], *, simd: bool = True) -> Scanned:
+    def scan(
+        self, chunk: bytes | memoryview, keep: Sequence[int], *, loop: Loop = "best"
+    ) -> Scanned:
         """Split and classify `chunk`; the lines of the codes in `keep` come back as frames.
 
-        `simd=False` takes the byte-by-byte loop (what non-x86 machines run) even where the
-        SSSE3 one is available, so tests can compare the two.
+        `loop` picks the scanning loop: "best" (AVX2, else SSSE3, else bytes), or forces
+        "ssse3" or the byte-by-byte "bytes" (what non-x86 machines run), so tests can
+        compare them on any x86 machine.
         """
         assert _module is not None
         mask = sum(1 << code for code in set(keep))
-        lines, counts, groups, starts = _module.scan(chunk, self._table, mask, simd)
+        mode = {"bytes": 0, "best": 1, "ssse3": 2}[loop]
+        lines, counts, groups, starts = _module.scan(chunk, self._table, mask, mode)
         frames = {
             code: _group_frame(*group) for code, group in enumerate(groups) if group is not None
         }

@@ -226,114 +226,158 @@ static int is_blank(const unsigned char *p, const unsigned char *end) {
 #include <immintrin.h>
 #define HAVE_SIMD 1
 
-/* The same codes as scan_lines, 16 bytes at a time: one pass finds newlines, bytes that make a
- * line UNDECIDED, '-' (where a header may start two bytes before) and Teddy candidates for the
- * literal fingerprints; only those positions are looked at byte by byte. */
-__attribute__((target("ssse3")))
-static int scan_lines_simd(const Table *t, const unsigned char *data, Py_ssize_t size,
-                           Lines *lines) {
-    const __m128i lo0 = _mm_loadu_si128((const __m128i *)t->lo0);
-    const __m128i hi0 = _mm_loadu_si128((const __m128i *)t->hi0);
-    const __m128i lo1 = _mm_loadu_si128((const __m128i *)t->lo1);
-    const __m128i hi1 = _mm_loadu_si128((const __m128i *)t->hi1);
-    const __m128i lo2 = _mm_loadu_si128((const __m128i *)t->lo2);
-    const __m128i hi2 = _mm_loadu_si128((const __m128i *)t->hi2);
-    const __m128i nib = _mm_set1_epi8(0x0f);
-    const __m128i newline = _mm_set1_epi8('\n'), tab = _mm_set1_epi8('\t');
-    const __m128i dashes = _mm_set1_epi8('-');
-    const __m128i space = _mm_set1_epi8(0x20), zero = _mm_setzero_si128();
-    const __m128i colons = _mm_set1_epi8(':');
-    const unsigned char *end = data + size;
-    Py_ssize_t start = 0; /* current line */
-    int flags = 0, headers = 0, bad = 0;
-    unsigned char pad[64];
-    for (Py_ssize_t o = 0; o < size; o += 16) {
-        const unsigned char *block = data + o;
-        uint32_t valid = 0xffff;
-        if (size - o < 32) { /* the last bytes: a zero-padded copy, masked to the real ones */
-            memset(pad, 0, sizeof(pad));
-            memcpy(pad, data + o, (size_t)(size - o));
-            block = pad;
-            valid = (size - o >= 16) ? 0xffff : ((1u << (size - o)) - 1);
+/* The SIMD loops find, per block, newlines, bytes that make a line UNDECIDED, the '-' of a
+ * possible header and Teddy candidates for the literal fingerprints; only those positions are
+ * looked at one by one, here, in order. Same codes as scan_lines. */
+typedef struct {
+    Lines *lines;
+    Py_ssize_t start; /* current line */
+    int flags, headers, bad;
+} State;
+
+static int end_line(State *st, const unsigned char *data, Py_ssize_t stop) {
+    Lines *lines = st->lines;
+    if (lines->n == lines->cap && grow(lines) < 0) return -1;
+    int code = C_UNDECIDED;
+    if (!st->bad && !(stop > st->start && data[st->start] == '{')) {
+        int blank = st->headers != 1 && is_blank(data + st->start, data + stop);
+        code = decide(st->flags, st->headers, blank);
+    }
+    lines->starts[lines->n] = st->start;
+    lines->codes[lines->n] = (uint8_t)code;
+    lines->n++;
+    st->start = stop + 1;
+    st->flags = st->headers = st->bad = 0;
+    return 0;
+}
+
+static inline __attribute__((always_inline)) int events(State *st, const Table *t,
+                                                         const unsigned char *data,
+                                                         Py_ssize_t size, Py_ssize_t o,
+                                                         uint64_t nl, uint64_t ctl,
+                                                         uint64_t dash, uint64_t cand) {
+    uint64_t todo = nl | ctl | dash | cand;
+    while (todo) {
+        int i = __builtin_ctzll(todo);
+        uint64_t bit = 1ull << i;
+        todo &= todo - 1;
+        Py_ssize_t pos = o + i;
+        if (nl & bit) {
+            if (end_line(st, data, pos) < 0) return -1;
+            continue;
         }
-        __m128i v = _mm_loadu_si128((const __m128i *)block);
-        __m128i w = _mm_loadu_si128((const __m128i *)(block + 1));
-        __m128i x = _mm_loadu_si128((const __m128i *)(block + 2));
-        __m128i r0 = _mm_and_si128(_mm_shuffle_epi8(lo0, _mm_and_si128(v, nib)),
-                                   _mm_shuffle_epi8(hi0, _mm_and_si128(_mm_srli_epi16(v, 4), nib)));
-        __m128i r1 = _mm_and_si128(_mm_shuffle_epi8(lo1, _mm_and_si128(w, nib)),
-                                   _mm_shuffle_epi8(hi1, _mm_and_si128(_mm_srli_epi16(w, 4), nib)));
-        __m128i r2 = _mm_and_si128(_mm_shuffle_epi8(lo2, _mm_and_si128(x, nib)),
-                                   _mm_shuffle_epi8(hi2, _mm_and_si128(_mm_srli_epi16(x, 4), nib)));
-        __m128i r = _mm_and_si128(_mm_and_si128(r0, r1), r2);
-        uint32_t cand = (~(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(r, zero))) & valid;
-        uint32_t nl = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, newline)) & valid;
-        /* signed compare: bytes >= 0x80 are negative, so "< 0x20" also catches non-ASCII */
-        uint32_t ctl = (uint32_t)_mm_movemask_epi8(_mm_cmplt_epi8(v, space));
-        ctl &= ~((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, tab)) | nl) & valid;
-        /* a header's '-' has ' ' 3 bytes and ':' 6 bytes after it (MM-DD HH:MM:SS) */
-        __m128i d3 = _mm_loadu_si128((const __m128i *)(block + 3));
-        __m128i d6 = _mm_loadu_si128((const __m128i *)(block + 6));
-        uint32_t dash = (uint32_t)_mm_movemask_epi8(
-                            _mm_and_si128(_mm_cmpeq_epi8(v, dashes),
-                                          _mm_and_si128(_mm_cmpeq_epi8(d3, space),
-                                                        _mm_cmpeq_epi8(d6, colons)))) &
-                        valid;
-        uint32_t events = nl | ctl | dash | cand;
-        while (events) {
-            int i = __builtin_ctz(events);
-            uint32_t bit = 1u << i;
-            events &= events - 1;
-            Py_ssize_t pos = o + i;
-            if (nl & bit) {
-                if (lines->n == lines->cap && grow(lines) < 0) return -1;
-                int code = C_UNDECIDED;
-                if (!bad && !(pos > start && data[start] == '{')) {
-                    code = decide(flags, headers,
-                                  headers != 1 && is_blank(data + start, data + pos));
-                }
-                lines->starts[lines->n] = start;
-                lines->codes[lines->n] = (uint8_t)code;
-                lines->n++;
-                start = pos + 1;
-                flags = headers = bad = 0;
-                continue;
-            }
-            if (bad) continue;
-            if (ctl & bit) {
-                bad = 1;
-                continue;
-            }
-            if ((dash & bit) && headers < 2 && pos - start >= 2 && header_at(data + pos - 2, end)) {
-                headers++;
-            }
-            if ((cand & bit) && pos + 1 < size) {
-                unsigned key = ((unsigned)data[pos] << 8) | data[pos + 1];
-                if (t->bigram[key >> 3] & (1u << (key & 7))) {
-                    for (int k = t->head[key]; k >= 0; k = t->next[k]) {
-                        Py_ssize_t s0 = pos - t->anchor[k];
-                        if (s0 >= start && size - s0 >= t->len[k] &&
-                            memcmp(data + s0, t->text[k], t->len[k]) == 0) {
-                            flags |= t->flags[k];
-                        }
+        if (st->bad) continue;
+        if (ctl & bit) {
+            st->bad = 1;
+            continue;
+        }
+        if ((dash & bit) && st->headers < 2 && pos - st->start >= 2 &&
+            header_at(data + pos - 2, data + size)) {
+            st->headers++;
+        }
+        if ((cand & bit) && pos + 1 < size) {
+            unsigned key = ((unsigned)data[pos] << 8) | data[pos + 1];
+            if (t->bigram[key >> 3] & (1u << (key & 7))) {
+                for (int k = t->head[key]; k >= 0; k = t->next[k]) {
+                    Py_ssize_t s0 = pos - t->anchor[k];
+                    if (s0 >= st->start && size - s0 >= t->len[k] &&
+                        memcmp(data + s0, t->text[k], t->len[k]) == 0) {
+                        st->flags |= t->flags[k];
                     }
                 }
             }
         }
     }
-    if (start < size) { /* a last line without newline */
-        if (lines->n == lines->cap && grow(lines) < 0) return -1;
-        int code = C_UNDECIDED;
-        if (!bad && data[start] != '{') {
-            code = decide(flags, headers, headers != 1 && is_blank(data + start, end));
-        }
-        lines->starts[lines->n] = start;
-        lines->codes[lines->n] = (uint8_t)code;
-        lines->n++;
-    }
+    return 0;
+}
+
+static int finish_scan(State *st, const unsigned char *data, Py_ssize_t size) {
+    if (st->start < size && end_line(st, data, size) < 0) return -1; /* no final newline */
+    Lines *lines = st->lines;
     if (lines->n == lines->cap && grow(lines) < 0) return -1;
     lines->starts[lines->n] = size;
     return 0;
+}
+
+/* Loads read up to 22 bytes past a block's start (the fingerprint's 3rd byte, the header's
+ * ':' 6 bytes after its '-'), so the last blocks are scanned from a zero-padded copy, their
+ * masks cut to the real bytes. */
+#define TAIL_MARGIN 24
+
+#define TEDDY(lo, hi, x) V_AND(V_SHUF(lo, V_AND(x, nib)), V_SHUF(hi, V_AND(V_SRLI4(x), nib)))
+
+/* One loop for both widths; the V_* operations are defined before each instance. */
+#define SCAN_BODY(W)                                                                          \
+    const VEC lo0 = V_BCAST(t->lo0), hi0 = V_BCAST(t->hi0);                                   \
+    const VEC lo1 = V_BCAST(t->lo1), hi1 = V_BCAST(t->hi1);                                   \
+    const VEC lo2 = V_BCAST(t->lo2), hi2 = V_BCAST(t->hi2);                                   \
+    const VEC nib = V_SET1(0x0f), newline = V_SET1('\n'), tab = V_SET1('\t');                 \
+    const VEC dashes = V_SET1('-'), space = V_SET1(0x20), colons = V_SET1(':');               \
+    const VEC zero = V_SET1(0);                                                               \
+    State st = {lines, 0, 0, 0, 0};                                                           \
+    unsigned char pad[W + TAIL_MARGIN + 8];                                                   \
+    for (Py_ssize_t o = 0; o < size; o += W) {                                                \
+        const unsigned char *block = data + o;                                                \
+        uint64_t valid = (1ull << W) - 1;                                                     \
+        if (size - o < W + TAIL_MARGIN) {                                                     \
+            memset(pad, 0, sizeof(pad));                                                      \
+            memcpy(pad, data + o, (size_t)(size - o));                                        \
+            block = pad;                                                                      \
+            if (size - o < W) valid = (1ull << (size - o)) - 1;                               \
+        }                                                                                     \
+        VEC v = V_LOAD(block), w = V_LOAD(block + 1), x = V_LOAD(block + 2);                  \
+        VEC r = V_AND(V_AND(TEDDY(lo0, hi0, v), TEDDY(lo1, hi1, w)), TEDDY(lo2, hi2, x));     \
+        uint64_t cand = ~V_MASK(V_EQ(r, zero)) & valid;                                       \
+        uint64_t nl = V_MASK(V_EQ(v, newline)) & valid;                                       \
+        /* signed compare: bytes >= 0x80 are negative, so "< 0x20" also catches non-ASCII */ \
+        uint64_t ctl = V_MASK(V_LT(v, space)) & ~(V_MASK(V_EQ(v, tab)) | nl) & valid;         \
+        /* a header's '-' has ' ' 3 bytes and ':' 6 bytes after it (MM-DD HH:MM:SS) */        \
+        VEC shape = V_AND(V_EQ(V_LOAD(block + 3), space), V_EQ(V_LOAD(block + 6), colons));   \
+        uint64_t dash = V_MASK(V_AND(V_EQ(v, dashes), shape)) & valid;                        \
+        if (events(&st, t, data, size, o, nl, ctl, dash, cand) < 0) return -1;                \
+    }                                                                                         \
+    return finish_scan(&st, data, size);
+
+#define VEC __m128i
+#define V_LOAD(p) _mm_loadu_si128((const __m128i *)(p))
+#define V_BCAST(p) V_LOAD(p)
+#define V_SET1 _mm_set1_epi8
+#define V_SHUF _mm_shuffle_epi8
+#define V_AND _mm_and_si128
+#define V_SRLI4(x) _mm_srli_epi16(x, 4)
+#define V_EQ _mm_cmpeq_epi8
+#define V_LT _mm_cmplt_epi8
+#define V_MASK(x) ((uint64_t)(uint32_t)_mm_movemask_epi8(x))
+__attribute__((target("ssse3")))
+static int scan_lines_ssse3(const Table *t, const unsigned char *data, Py_ssize_t size,
+                            Lines *lines) {
+    SCAN_BODY(16)
+}
+#undef VEC
+#undef V_LOAD
+#undef V_BCAST
+#undef V_SET1
+#undef V_SHUF
+#undef V_AND
+#undef V_SRLI4
+#undef V_EQ
+#undef V_LT
+#undef V_MASK
+
+#define VEC __m256i
+#define V_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define V_BCAST(p) _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p)))
+#define V_SET1 _mm256_set1_epi8
+#define V_SHUF _mm256_shuffle_epi8 /* per 128-bit lane: the tables are in both lanes */
+#define V_AND _mm256_and_si256
+#define V_SRLI4(x) _mm256_srli_epi16(x, 4)
+#define V_EQ _mm256_cmpeq_epi8
+#define V_LT(a, b) _mm256_cmpgt_epi8(b, a) /* AVX2 has no signed "less than" */
+#define V_MASK(x) ((uint64_t)(uint32_t)_mm256_movemask_epi8(x))
+__attribute__((target("avx2")))
+static int scan_lines_avx2(const Table *t, const unsigned char *data, Py_ssize_t size,
+                           Lines *lines) {
+    SCAN_BODY(32)
 }
 #endif
 
@@ -341,7 +385,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     PyObject *capsule;
     int keep, simd = 1;
-    if (!PyArg_ParseTuple(args, "y*Oi|p", &view, &capsule, &keep, &simd)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*Oi|i", &view, &capsule, &keep, &simd)) return NULL;
     Table *t = (Table *)PyCapsule_GetPointer(capsule, CAPSULE);
     if (t == NULL) {
         PyBuffer_Release(&view);
@@ -352,8 +396,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     int failed;
     Py_BEGIN_ALLOW_THREADS
 #ifdef HAVE_SIMD
-    if (simd && __builtin_cpu_supports("ssse3")) {
-        failed = scan_lines_simd(t, data, view.len, &lines);
+    /* simd: 0 byte loop, 1 best available, 2 SSSE3 even where AVX2 is there (for tests) */
+    if (simd == 1 && __builtin_cpu_supports("avx2")) {
+        failed = scan_lines_avx2(t, data, view.len, &lines);
+    } else if (simd && __builtin_cpu_supports("ssse3")) {
+        failed = scan_lines_ssse3(t, data, view.len, &lines);
     } else {
         failed = scan_lines(t, data, view.len, &lines);
     }

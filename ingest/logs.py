@@ -21,8 +21,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import numpy as np
 import polars as pl
 from preemptscope.ingest import _lines, _native
 from preemptscope.ingest import catalogue as cat
@@ -472,11 +474,13 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
     )
 
-    def before(index: list[int]) -> list[str | None]:
-        return _before(raw.gather([i - 1 for i in index if i > 0]).to_list(), index, previous)
+    def before(odd: pl.DataFrame) -> pl.Series:
+        index = (odd["line"] - first_line).to_list()
+        texts = raw.gather([i - 1 for i in index if i > 0]).to_list()
+        return pl.Series("prev", _before(texts, index, previous), dtype=pl.String)
 
     routed, odd_parts = _cascade(df)
-    return _assemble(routed, odd_parts, {}, n, first_line, before, want_all)
+    return _assemble(routed, odd_parts, {}, n, before, want_all)
 
 
 @dataclass
@@ -486,7 +490,7 @@ class _Piece:
     lines: int
     settled: dict[str, int]  # lines of a known kind whose text was not kept
     kept: dict[str, pl.DataFrame]  # name -> frame(raw, line) of a known kind
-    undecided: pl.DataFrame  # raw, line, prev: for _cascade
+    undecided: pl.DataFrame  # raw, line, prev, prev_outside: for _cascade
     size: int  # bytes of text kept
 
 
@@ -506,18 +510,44 @@ def _scan_piece(chunk: memoryview, previous: str | None, want_all: bool) -> _Pie
             kept[name] = scanned.groups[code]
         else:
             settled[name] = scanned.counts[code]
-    undecided = scanned.groups[UNDECIDED]
-    # The physical line before each undecided line, for hard-wrap continuations: taken now,
-    # so the chunk's buffer is not kept until the lines are routed.
-    starts = scanned.starts
-    index = undecided["line"].to_list()
-    texts = [
-        bytes(chunk[starts[i - 1] : starts[i]]).decode("utf-8", "replace") for i in index if i > 0
-    ]
-    prev = pl.Series("prev", _before(texts, index, previous), dtype=pl.String)
+    undecided = _with_prev(scanned.groups[UNDECIDED], chunk, scanned.starts, previous)
     size = sum(int(frame["raw"].str.len_bytes().sum() or 0) for frame in kept.values())
     size += int(undecided["raw"].str.len_bytes().sum() or 0)
-    return _Piece(scanned.lines, settled, kept, undecided.with_columns(prev), size)
+    return _Piece(scanned.lines, settled, kept, undecided, size)
+
+
+def _with_prev(
+    undecided: pl.DataFrame,
+    chunk: memoryview,
+    starts: np.ndarray[Any, np.dtype[np.int64]],
+    previous: str | None,
+) -> pl.DataFrame:
+    """Add `prev`, the physical line before each undecided line (for hard-wrap continuations),
+    as the per-chunk path (`_before`) reads it; taken now, so the chunk's buffer can go.
+
+    A previous line that is itself undecided is in the frame already; only the others (plain
+    ASCII lines the scanner settled) are read from the chunk.
+    """
+    if undecided.height == 0:
+        return undecided.with_columns(
+            pl.lit(None, dtype=pl.String).alias("prev"),
+            pl.lit(False).alias("prev_outside"),
+        )
+    lines = undecided["line"]
+    follows = (lines - 1 == lines.shift(1)).fill_null(False)
+    fetch = (~follows & (lines > 0)).arg_true()
+    index = lines.gather(fetch).to_list()
+    texts = pl.Series(
+        [bytes(chunk[starts[i - 1] : starts[i]]).decode("utf-8", "replace") for i in index],
+        dtype=pl.String,
+    )
+    prev = undecided["raw"].shift(1).set(~follows, None).scatter(fetch, texts)
+    # The line before the chunk is read as it is, the others unwrapped (see _before); the
+    # unwrapping waits until the few lines that need a previous line are known.
+    outside = lines == 0
+    if lines[0] == 0:
+        prev = prev.scatter(0, previous)
+    return undecided.with_columns(prev.rename("prev"), outside.rename("prev_outside"))
 
 
 def _route_pieces(pieces: list[_Piece], want_all: bool) -> _Batch:
@@ -530,20 +560,25 @@ def _route_pieces(pieces: list[_Piece], want_all: bool) -> _Batch:
     routed: dict[str, list[pl.DataFrame]] = {}
     odd_parts: list[pl.DataFrame] = []
     if undecided.height:
-        routed, odd_parts = _cascade(undecided.drop("prev"))
+        routed, odd_parts = _cascade(undecided.drop("prev", "prev_outside"))
     settled: dict[str, int] = {}
     for piece in pieces:
         for name, count in piece.settled.items():
             settled[name] = settled.get(name, 0) + count
         for name, frame in piece.kept.items():
             routed.setdefault(name, []).append(frame)
-    prev_of = dict(zip(undecided["line"].to_list(), undecided["prev"].to_list(), strict=True))
 
-    def before(lines: list[int]) -> list[str | None]:
-        return [prev_of[line] for line in lines]
+    def before(odd: pl.DataFrame) -> pl.Series:
+        # Odd lines are undecided lines; both are sorted by line.
+        at = undecided["line"].search_sorted(odd["line"])
+        prev, outside = undecided["prev"].gather(at), undecided["prev_outside"].gather(at)
+        if not prev.str.starts_with('{"log":').any():
+            return prev
+        unwrapped = _unwrap_json_file(prev)
+        return pl.select(pl.when(outside).then(prev).otherwise(unwrapped)).to_series()
 
     lines = sum(piece.lines for piece in pieces)
-    return _assemble(routed, odd_parts, settled, lines, 0, before, want_all)
+    return _assemble(routed, odd_parts, settled, lines, before, want_all)
 
 
 def _before(
@@ -662,15 +697,14 @@ def _assemble(
     odd_parts: list[pl.DataFrame],
     settled: dict[str, int],
     n: int,
-    first_line: int,
-    before: Callable[[list[int]], list[str | None]],
+    before: Callable[[pl.DataFrame], pl.Series],
     want_all: bool,
 ) -> _Batch:
     """Extract the claimed parts (or count them, in summary mode) and parse the odd lines.
 
     `settled` counts lines whose kind is known but whose text was not kept (summary mode);
-    `before(index)` gives the physical line before each chunk-local index (0: the line
-    before the chunk), for hard-wrap continuations.
+    `before(odd)` gives the physical line before each line of `odd` (sorted by line), for
+    hard-wrap continuations.
     """
     frames: dict[str, list[pl.DataFrame]] = {kind: [] for kind in FRAME_SCHEMAS}
     accounting = LineAccounting(lines=n)
@@ -699,8 +733,7 @@ def _assemble(
     parsed = 0
     if odd_parts:
         odd = pl.concat([part.select("line", "raw") for part in odd_parts]).sort("line")
-        index = (odd["line"] - first_line).to_list()
-        odd = odd.with_columns(pl.Series("prev", before(index), dtype=pl.String))
+        odd = odd.with_columns(before(odd).rename("prev"))
         result = _lines.parse_odd_lines(
             [(int(a), str(b), c) for a, b, c in odd.select("line", "raw", "prev").iter_rows()]
         )

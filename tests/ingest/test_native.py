@@ -2,7 +2,7 @@
 
 Checked line by line against `_cascade` (the reference), on every fixture and corpus file,
 on generated logs of all eras, and on random lines built from the fragments that decide
-routing; the SSSE3 loop is checked against the byte-by-byte loop; whole parses with and
+routing; the AVX2 and SSSE3 loops are checked against the byte-by-byte loop; whole parses with and
 without the scanner give the same frames.
 """
 
@@ -61,9 +61,9 @@ def _cascade_routes(data: bytes) -> dict[int, str]:
     return routes
 
 
-def _codes(data: bytes, *, simd: bool = True) -> dict[int, int]:
+def _codes(data: bytes, *, loop: _native.Loop = "best") -> dict[int, int]:
     assert logs._SCANNER is not None
-    scanned = logs._SCANNER.scan(data, ALL_CODES, simd=simd)
+    scanned = logs._SCANNER.scan(data, ALL_CODES, loop=loop)
     codes: dict[int, int] = {}
     for code, frame in scanned.groups.items():
         codes.update(dict.fromkeys(frame["line"].to_list(), code))
@@ -81,7 +81,8 @@ def _assert_agrees(data: bytes) -> dict[int, int]:
         if code != _native.UNDECIDED and CODE_TO_ROUTE[code] != routes[i]
     }
     assert not wrong, {i: (c, r, data.splitlines()[i][:200]) for i, (c, r) in wrong.items()}
-    assert _codes(data, simd=False) == codes
+    assert _codes(data, loop="ssse3") == codes
+    assert _codes(data, loop="bytes") == codes
     return codes
 
 
@@ -155,8 +156,10 @@ def test_random_lines_route_as_the_cascade(lines: list[str]) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300))
 def test_random_bytes_simd_equals_bytewise(data: bytes) -> None:
-    # Every length and alignment of the SIMD loop's tail, and arbitrary bytes.
-    assert _codes(data) == _codes(data, simd=False)
+    # Every length and alignment of the SIMD loops' tails, and arbitrary bytes.
+    codes = _codes(data, loop="bytes")
+    assert _codes(data) == codes
+    assert _codes(data, loop="ssse3") == codes
 
 
 def _rows(frames: LogFrames) -> dict[str, list[str]]:
