@@ -101,12 +101,12 @@ class Run:
     output: str
 
 
-def measure(name: str, argv: list[str], repeat: int = 1) -> Run:
+def measure(name: str, argv: list[str], repeat: int = 1, env: dict[str, str] | None = None) -> Run:
     """Best of `repeat` runs of argv in a child process (wall, CPU user+sys, peak RSS)."""
     best: Run | None = None
     for _ in range(repeat):
         start = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert child.stdout is not None
         output = child.stdout.read().decode("utf-8", "replace")
         _, status, usage = os.wait4(child.pid, 0)
@@ -165,6 +165,10 @@ def main() -> None:
     runs.append(measure("grep -c", ["grep", "-c", PHRASE, str(path)], args.repeat))
     parse_argv = [py, "-m", "preemptscope", "parse", str(path), "--json", "--quiet"]
     runs.append(measure("preemptscope parse --json", parse_argv, args.repeat))
+    # The same command without the native scanner (every line routed by the Polars cascade):
+    # what a machine without a C compiler at install time runs.
+    no_native = {**os.environ, "PREEMPTSCOPE_NATIVE": "0"}
+    runs.append(measure("parse --json, no native scanner", parse_argv, args.repeat, env=no_native))
     one_thread = {**os.environ, "POLARS_MAX_THREADS": "1"}
     start = time.perf_counter()
     single = subprocess.run(parse_argv, capture_output=True, env=one_thread, check=True)

@@ -1028,9 +1028,11 @@ def iter_parse_path(
                 while len(in_flight) > threads:
                     yield finish(in_flight.popleft())
         else:
+            # Batches with every line kept are chunk-sized: one fewer in flight holds less.
+            ahead = threads if summary_only else max(1, threads - 1)
             for batch in _scanned_batches(pool, chunks, threads, not summary_only, progress):
                 in_flight.append(batch)
-                while len(in_flight) > threads:
+                while len(in_flight) > ahead:
                     yield finish(in_flight.popleft())
         while in_flight:
             yield finish(in_flight.popleft())
@@ -1080,7 +1082,9 @@ def _scanned_batches(
             progress(len(chunk))
         scans.append(pool.submit(_scan_piece, chunk, previous, want_all))
         previous = last_line(chunk)
-        while len(scans) > threads:
+        # With every line kept, a scanned piece is as big as its chunk and routing it takes
+        # ~15x longer than scanning: scanning ahead would only hold memory.
+        while len(scans) > (1 if want_all else threads):
             take(scans.popleft().result())
             if size >= _BATCH_BYTES or len(pieces) >= _BATCH_CHUNKS:
                 yield flush()
