@@ -1001,6 +1001,7 @@ def iter_parse_path(
     previous: str | None = None
     in_flight: deque[Future[_Batch]] = deque()
     next_line = 1
+    native = _SCANNER is not None
 
     def finish(future: Future[_Batch]) -> LogFrames:
         nonlocal next_line
@@ -1012,14 +1013,14 @@ def iter_parse_path(
             options=opts,
             state=state,
             # Batches of scanned chunks are numbered already; routed chunks count from 1.
-            line_offset=0 if _SCANNER is not None else next_line - 1,
+            line_offset=0 if native else next_line - 1,
         )
         next_line += batch.accounting.lines
         return frames
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         chunks = iter_chunks(name, chunk_bytes, _lines.may_continue)
-        if _SCANNER is None:
+        if not native:
             for chunk in chunks:
                 if progress is not None:
                     progress(len(chunk))
@@ -1090,6 +1091,8 @@ def _scanned_batches(
                 yield flush()
     while scans:
         take(scans.popleft().result())
+        if size >= _BATCH_BYTES or len(pieces) >= _BATCH_CHUNKS:
+            yield flush()
     if pieces:
         yield flush()
 
