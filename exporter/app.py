@@ -231,7 +231,12 @@ def create_app(
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        headers = {"WWW-Authenticate": 'Bearer, Basic realm="preemptscope"'}
+        # A Basic challenge makes browsers pop a login dialog, even over the live page's own
+        # fetch() calls: /api/* (signed in by the page, with a bearer token) challenges Bearer
+        # only; elsewhere (/metrics opened by hand) Basic with the token as password works.
+        api = request.url.path.startswith("/api/")
+        challenge = 'Bearer realm="preemptscope"' if api else 'Bearer, Basic realm="preemptscope"'
+        headers = {"WWW-Authenticate": challenge}
         return error_response(
             exc.status, exc.message, exc.detail, exc.code, headers if exc.status == 401 else None
         )

@@ -49,6 +49,8 @@ def test_exporter_guards_the_dashboard_api(base: str, source: Source) -> None:
         assert client.get("/").status_code == 200
         denied = client.get(f"/api/deployments/{name}/figures")
         assert denied.status_code == 401 and denied.json()["error"]["status"] == 401
+        # No Basic challenge on the API: browsers would pop a login dialog over the page.
+        assert denied.headers["www-authenticate"] == 'Bearer realm="preemptscope"'
         auth = {"Authorization": f"Bearer {TOKEN}"}
         ok = client.get(f"/api/deployments/{name}/figures", params={"range": "15m"}, headers=auth)
         assert ok.status_code == 200 and ok.json()["windows"] == 90

@@ -183,7 +183,11 @@ def test_bearer_token_guards_api_and_optionally_metrics(tmp_path: Path) -> None:
         tmp_path / "s2", "--log", str(log), "--token", TOKEN, "--protect-metrics"
     ) as live:
         client = live.client()
-        assert client.get("/metrics").status_code == 401
+        denied = client.get("/metrics")
+        assert denied.status_code == 401
+        # Opened by hand in a browser, /metrics offers the Basic login (token as password).
+        assert "Basic" in denied.headers["www-authenticate"]
+        assert client.get("/metrics", auth=("any", TOKEN)).status_code == 200
         assert (
             client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
         )
