@@ -1120,8 +1120,9 @@ def parse_path(
     return combined
 
 
-# Files a directory scan skips: documentation, data and code next to the logs.
-_NOT_LOGS = frozenset({".md", ".json", ".parquet", ".html", ".png", ".py", ".pyc", ".csv"})
+# Files a directory scan skips: documentation, data and code next to the logs (`.prom`:
+# /metrics snapshots, as `preemptscope scrape` and `demo` write them beside vllm.log).
+_NOT_LOGS = frozenset({".md", ".json", ".parquet", ".html", ".png", ".py", ".pyc", ".csv", ".prom"})
 
 
 def iter_log_paths(specs: Sequence[str]) -> Iterator[tuple[str, str | None]]:

@@ -141,6 +141,7 @@ def test_iter_log_paths(tmp_path: Path) -> None:
     shutil.copy(ERA_LOGS / "year_rollover.log", tmp_path / "a" / "one.log")
     shutil.copy(ERA_LOGS / "year_rollover.log", tmp_path / "two.log")
     (tmp_path / "README.md").write_text("notes")
+    (tmp_path / "a" / "metrics-1768485615.prom").write_text("vllm:num_preemptions_total 3\n")
     found = list(iter_log_paths([str(tmp_path), f"{tmp_path}/*.log=fleet", "-"]))
     assert found == [
         (str(tmp_path / "a" / "one.log"), None),
