@@ -13,7 +13,8 @@
  * It knows no format itself: the literals and what each one means (flag bits) come from the
  * catalogue through compile(). It decides only pure-ASCII lines without control bytes that do
  * not start with '{' (so no ANSI, no tqdm '\r', no JSON, no Unicode digit or space that the
- * cascade's regexes would read differently); everything else stays UNDECIDED.
+ * cascade's regexes would read differently; a CRLF line ending is fine); everything else stays
+ * UNDECIDED.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -155,14 +156,18 @@ static int decide(int flags, int headers, int blank) {
 }
 
 /* The code of one line [p, end) (end excludes the newline), byte by byte. */
-static int classify(const Table *t, const unsigned char *p, const unsigned char *end) {
+static int classify(const Table *t, const unsigned char *p, const unsigned char *end,
+                    int newline) {
     if (p < end && *p == '{') return C_UNDECIDED;
     int flags = 0;
     int headers = 0;
     int blank = 1;
     for (const unsigned char *q = p; q < end; q++) {
         unsigned char c = *q;
-        if (c >= 0x80 || (c < 0x20 && c != '\t')) return C_UNDECIDED;
+        /* CRLF: a '\r' right before the newline is ordinary to the cascade too */
+        if (c >= 0x80 || (c < 0x20 && c != '\t' && !(c == '\r' && newline && q + 1 == end))) {
+            return C_UNDECIDED;
+        }
         if (c != ' ' && c != '\t') blank = 0;
         if (c == '-' && q - p >= 2 && headers < 2 && header_at(q - 2, end)) headers++;
         if (q + 1 < end) {
@@ -206,7 +211,7 @@ static int scan_lines(const Table *t, const unsigned char *data, Py_ssize_t size
         const unsigned char *nl = memchr(data + pos, '\n', (size_t)(size - pos));
         Py_ssize_t stop = nl ? (Py_ssize_t)(nl - data) : size;
         lines->starts[lines->n] = pos;
-        lines->codes[lines->n] = (uint8_t)classify(t, data + pos, data + stop);
+        lines->codes[lines->n] = (uint8_t)classify(t, data + pos, data + stop, nl != NULL);
         lines->n++;
         pos = nl ? stop + 1 : size;
     }
@@ -313,7 +318,7 @@ static int finish_scan(State *st, const unsigned char *data, Py_ssize_t size) {
     const VEC lo2 = V_BCAST(t->lo2), hi2 = V_BCAST(t->hi2);                                   \
     const VEC nib = V_SET1(0x0f), newline = V_SET1('\n'), tab = V_SET1('\t');                 \
     const VEC dashes = V_SET1('-'), space = V_SET1(0x20), colons = V_SET1(':');               \
-    const VEC zero = V_SET1(0);                                                               \
+    const VEC zero = V_SET1(0), cr = V_SET1('\r');                                            \
     State st = {lines, 0, 0, 0, 0};                                                           \
     unsigned char pad[W + TAIL_MARGIN + 8];                                                   \
     for (Py_ssize_t o = 0; o < size; o += W) {                                                \
@@ -330,7 +335,8 @@ static int finish_scan(State *st, const unsigned char *data, Py_ssize_t size) {
         uint64_t cand = ~V_MASK(V_EQ(r, zero)) & valid;                                       \
         uint64_t nl = V_MASK(V_EQ(v, newline)) & valid;                                       \
         /* signed compare: bytes >= 0x80 are negative, so "< 0x20" also catches non-ASCII */ \
-        uint64_t ctl = V_MASK(V_LT(v, space)) & ~(V_MASK(V_EQ(v, tab)) | nl) & valid;         \
+        uint64_t crlf = V_MASK(V_AND(V_EQ(v, cr), V_EQ(w, newline)));                         \
+        uint64_t ctl = V_MASK(V_LT(v, space)) & ~(V_MASK(V_EQ(v, tab)) | nl | crlf) & valid;  \
         /* a header's '-' has ' ' 3 bytes and ':' 6 bytes after it (MM-DD HH:MM:SS) */        \
         VEC shape = V_AND(V_EQ(V_LOAD(block + 3), space), V_EQ(V_LOAD(block + 6), colons));   \
         uint64_t dash = V_MASK(V_AND(V_EQ(v, dashes), shape)) & valid;                        \

@@ -113,6 +113,13 @@ def test_generated_lines_route_as_the_cascade(tmp_path: Path) -> None:
     assert counts[_native.ACCESS] and counts[_native.REQUEST]
 
 
+def test_crlf_lines_are_settled_as_the_cascade(tmp_path: Path) -> None:
+    # A log saved with Windows line endings: the '\r' before each newline is ordinary.
+    data = _generated(tmp_path, 1, seed=11).read_bytes().replace(b"\n", b"\r\n")
+    codes = _assert_agrees(data)
+    assert list(codes.values()).count(_native.UNDECIDED) < 0.05 * len(codes)
+
+
 # Fragments that decide routing: headers (valid, near misses), every literal the scanner
 # knows, the bytes that make a line UNDECIDED, and filler.
 _HEADERS = [
