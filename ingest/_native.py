@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from preemptscope.ingest._reader import lines_from_buffers
 
 try:  # pragma: no cover - which branch runs depends on the install
     from preemptscope.ingest import _scan as _compiled  # type: ignore[attr-defined]
@@ -132,19 +133,6 @@ class Scanner:
 
 
 def _group_frame(text: bytes, offsets: bytes, index: bytes) -> pl.DataFrame:
-    count = len(index) // 8
-    array = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(text)]
-    )
-    binary = pl.from_arrow(array)
-    assert isinstance(binary, pl.Series)
-    try:
-        raw = binary.cast(pl.String)
-    except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError):
-        # Invalid UTF-8 (only UNDECIDED lines can hold it) becomes U+FFFD, line by line,
-        # as _reader.split_lines does for a whole chunk.
-        raw = pl.Series(
-            [bytes(b).decode("utf-8", "replace") for b in binary.to_list()], dtype=pl.String
-        )
+    raw = lines_from_buffers(len(index) // 8, pa.py_buffer(offsets), pa.py_buffer(text))
     lines = pl.Series("line", np.frombuffer(index, dtype=np.int64), dtype=pl.Int64)
-    return pl.DataFrame({"raw": raw.rename("raw"), "line": lines})
+    return pl.DataFrame({"raw": raw, "line": lines})

@@ -171,17 +171,23 @@ def split_lines(chunk: bytes | memoryview) -> pl.Series:
     if chunk[-1:] != b"\n":
         pieces.append(pl.Series([size], dtype=pl.Int64))
     offsets = pl.concat(pieces)
-    count = offsets.len() - 1
-    array = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), count, [None, offsets.to_arrow().buffers()[1], buffer]
-    )
+    return lines_from_buffers(offsets.len() - 1, offsets.to_arrow().buffers()[1], buffer)
+
+
+def lines_from_buffers(count: int, offsets: pa.Buffer, data: pa.Buffer) -> pl.Series:
+    """The String Series "raw" of `count` lines: line i is data[offsets[i]:offsets[i + 1]]
+    (int64 offsets), without a Python object per line unless a line is not valid UTF-8.
+
+    Invalid UTF-8 becomes U+FFFD, line by line (a newline is never part of a UTF-8 sequence,
+    so this is what decoding the whole buffer would give): the line is kept, never dropped.
+    """
+    array = pa.LargeBinaryArray.from_buffers(pa.large_binary(), count, [None, offsets, data])
     binary = pl.from_arrow(array)
     assert isinstance(binary, pl.Series)
     try:
         lines = binary.cast(pl.String)
     except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError):
-        text = bytes(chunk).decode("utf-8", "replace").encode("utf-8")
-        return split_lines(text)
+        lines = pl.Series([b.decode("utf-8", "replace") for b in binary.to_list()], dtype=pl.String)
     return lines.rename("raw")
 
 
