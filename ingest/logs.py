@@ -475,9 +475,13 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
     )
 
     def before(odd: pl.DataFrame) -> pl.Series:
-        index = (odd["line"] - first_line).to_list()
-        texts = raw.gather([i - 1 for i in index if i > 0]).to_list()
-        return pl.Series("prev", _before(texts, index, previous), dtype=pl.String)
+        index = odd["line"] - first_line
+        outside = index == 0
+        inside = raw.gather((index - 1).clip(lower_bound=0))
+        prev = pl.select(
+            pl.when(outside).then(pl.lit(previous, dtype=pl.String)).otherwise(inside)
+        ).to_series()
+        return _as_read(prev, outside)
 
     routed, odd_parts = _cascade(df)
     return _assemble(routed, odd_parts, {}, n, before, want_all)
@@ -523,7 +527,7 @@ def _with_prev(
     previous: str | None,
 ) -> pl.DataFrame:
     """Add `prev`, the physical line before each undecided line (for hard-wrap continuations),
-    as the per-chunk path (`_before`) reads it; taken now, so the chunk's buffer can go.
+    and `prev_outside` (it is the line before the chunk); taken now, so the chunk's buffer can go.
 
     A previous line that is itself undecided is in the frame already; only the others (plain
     ASCII lines the scanner settled) are read from the chunk.
@@ -542,8 +546,7 @@ def _with_prev(
         dtype=pl.String,
     )
     prev = undecided["raw"].shift(1).set(~follows, None).scatter(fetch, texts)
-    # The line before the chunk is read as it is, the others unwrapped (see _before); the
-    # unwrapping waits until the few lines that need a previous line are known.
+    # Unwrapping (_as_read) waits until the few lines that need a previous line are known.
     outside = lines == 0
     if lines[0] == 0:
         prev = prev.scatter(0, previous)
@@ -571,27 +574,19 @@ def _route_pieces(pieces: list[_Piece], want_all: bool) -> _Batch:
     def before(odd: pl.DataFrame) -> pl.Series:
         # Odd lines are undecided lines; both are sorted by line.
         at = undecided["line"].search_sorted(odd["line"])
-        prev, outside = undecided["prev"].gather(at), undecided["prev_outside"].gather(at)
-        if not prev.str.starts_with('{"log":').any():
-            return prev
-        unwrapped = _unwrap_json_file(prev)
-        return pl.select(pl.when(outside).then(prev).otherwise(unwrapped)).to_series()
+        return _as_read(undecided["prev"].gather(at), undecided["prev_outside"].gather(at))
 
     lines = sum(piece.lines for piece in pieces)
     return _assemble(routed, odd_parts, settled, lines, before, want_all)
 
 
-def _before(
-    texts: Sequence[str | None], index: list[int], previous: str | None
-) -> list[str | None]:
-    """The line before each chunk-local index: `texts` for the indexes > 0, `previous` for 0.
-
-    As in _cascade, a docker json-file line is read unwrapped (`previous` stays as it is).
-    """
-    if any(text is not None and text.startswith('{"log":') for text in texts):
-        texts = _unwrap_json_file(pl.Series("raw", texts, dtype=pl.String)).to_list()
-    inner = iter(texts)
-    return [previous if i == 0 else next(inner) for i in index]
+def _as_read(prev: pl.Series, outside: pl.Series) -> pl.Series:
+    """Previous lines as the per-line path reads them: a docker json-file line unwrapped, as
+    _cascade does, except the line before the chunk (`outside`), which is read as it is."""
+    if not prev.str.starts_with('{"log":').any():
+        return prev
+    unwrapped = _unwrap_json_file(prev)
+    return pl.select(pl.when(outside).then(prev).otherwise(unwrapped)).to_series()
 
 
 def _cascade(df: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], list[pl.DataFrame]]:
