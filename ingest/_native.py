@@ -67,31 +67,37 @@ def _anchor(literal: bytes) -> int:
 
 def literal_table(
     *,
+    access_literals: tuple[str, str, str],
     python_literals: Sequence[str],
     stats_literals: Sequence[str],
     request_starts: Sequence[str],
     request_literals: Sequence[str],
     ansi_literals: Sequence[str],
 ) -> list[tuple[bytes, int, int]]:
-    """(literal, flag) rows for the scanner, from the same lists the cascade's probes use.
+    """(literal, flag, fingerprint offset) rows for the scanner, from the same lists the
+    cascade's probes use (`access_literals`: uvicorn's ` HTTP/`, `INFO:` and ` - "`).
 
     Literals with non-ASCII bytes are left out: the scanner leaves every non-ASCII line
     UNDECIDED anyway, and so is every line with a control byte (ESC, the one literal under
     three bytes).
     """
-    rows = [(b" HTTP/", F_HTTP), (b"INFO:", F_INFO), (b' - "', F_DASH)]
+    http, level, dash = access_literals
     groups = [
+        ([http], F_HTTP),
+        ([level], F_INFO),
+        ([dash], F_DASH),
         (python_literals, F_PY),
         (stats_literals, F_STATS),
         (request_starts, F_REQ_START),
         (request_literals, F_REQ),
         (ansi_literals, F_UNUSUAL),
     ]
-    for literals, flag in groups:
-        for literal in literals:
-            if literal.isascii() and len(literal) >= 3:
-                rows.append((literal.encode(), flag))
-    table = [(text, flag, _anchor(text)) for text, flag in rows]
+    table = [
+        (literal.encode(), flag, _anchor(literal.encode()))
+        for literals, flag in groups
+        for literal in literals
+        if literal.isascii() and len(literal) >= 3
+    ]
     # Sorted by fingerprint: neighbours share a Teddy bucket, so its nibble sets stay small.
     return sorted(table, key=lambda row: row[0][row[2] : row[2] + 3])
 
@@ -104,6 +110,7 @@ class Scanned:
     counts: tuple[int, ...]
     groups: dict[int, pl.DataFrame]  # code -> frame(raw, line) with chunk-local 0-based lines
     starts: np.ndarray[Any, np.dtype[np.int64]]
+    kept_bytes: int  # text in `groups`
 
 
 class Scanner:
@@ -126,10 +133,10 @@ class Scanner:
         mask = sum(1 << code for code in set(keep))
         mode = {"bytes": 0, "best": 1, "ssse3": 2}[loop]
         lines, counts, groups, starts = _module.scan(chunk, self._table, mask, mode)
-        frames = {
-            code: _group_frame(*group) for code, group in enumerate(groups) if group is not None
-        }
-        return Scanned(lines, counts, frames, np.frombuffer(starts, dtype=np.int64))
+        kept = {code: group for code, group in enumerate(groups) if group is not None}
+        frames = {code: _group_frame(*group) for code, group in kept.items()}
+        size = sum(len(text) for text, _, _ in kept.values())
+        return Scanned(lines, counts, frames, np.frombuffer(starts, dtype=np.int64), size)
 
 
 def _group_frame(text: bytes, offsets: bytes, index: bytes) -> pl.DataFrame:

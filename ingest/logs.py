@@ -116,19 +116,17 @@ _REQ_GROUPS = "|".join(
 _REQ_VALID = cat.HEADER_CORE + "(?:" + _REQ_GROUPS + ")"
 _STATS_EXTRACT = cat.ENVELOPE + r"(?P<msg>[^\r\n]*)"
 # The native scanner settles the plain lines with the same literals as the probes below.
-_SCANNER = (
-    _native.Scanner(
-        _native.literal_table(
-            python_literals=_PY_LITERALS,
-            stats_literals=_STATS_LITERALS,
-            request_starts=_REQ_STARTS,
-            request_literals=_REQ_LITERALS,
-            ansi_literals=_ANSI_LITERALS,
-        )
-    )
-    if _native.available()
-    else None
+# uvicorn's access shape: ` HTTP/` and, around the client, `INFO:` and ` - "`.
+_ACCESS_HTTP, _ACCESS_LEVEL, _ACCESS_DASH = " HTTP/", "INFO:", ' - "'
+_SCANNER_ROWS = _native.literal_table(
+    access_literals=(_ACCESS_HTTP, _ACCESS_LEVEL, _ACCESS_DASH),
+    python_literals=_PY_LITERALS,
+    stats_literals=_STATS_LITERALS,
+    request_starts=_REQ_STARTS,
+    request_literals=_REQ_LITERALS,
+    ansi_literals=_ANSI_LITERALS,
 )
+_SCANNER = _native.Scanner(_SCANNER_ROWS) if _native.available() else None
 
 
 def _kind_columns(kind: str) -> dict[str, pl.DataType]:
@@ -448,7 +446,7 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
 
 # The three literals of uvicorn's access shape in their usual order, one DFA pass: a line it
 # matches has all three, so only the others need the separate literal checks.
-_ACCESS_FAST = r'(?s)INFO:.* - ".* HTTP/'
+_ACCESS_FAST = "(?s)" + ".*".join(re.escape(x) for x in (_ACCESS_LEVEL, _ACCESS_DASH, _ACCESS_HTTP))
 
 
 def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
@@ -458,10 +456,11 @@ def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
     if others.len() == 0:
         return fast, fast
     sub = raw.gather(others)
-    http = sub.str.contains(" HTTP/", literal=True)
+    http = sub.str.contains(_ACCESS_HTTP, literal=True)
     if not http.any():
         return fast, fast
-    shape = http & sub.str.contains("INFO:", literal=True) & sub.str.contains(' - "', literal=True)
+    level = sub.str.contains(_ACCESS_LEVEL, literal=True)
+    shape = http & level & sub.str.contains(_ACCESS_DASH, literal=True)
     return fast.clone().scatter(others, http), fast.clone().scatter(others, shape)
 
 
@@ -515,9 +514,7 @@ def _scan_piece(chunk: memoryview, previous: str | None, want_all: bool) -> _Pie
         else:
             settled[name] = scanned.counts[code]
     undecided = _with_prev(scanned.groups[UNDECIDED], chunk, scanned.starts, previous)
-    size = sum(int(frame["raw"].str.len_bytes().sum() or 0) for frame in kept.values())
-    size += int(undecided["raw"].str.len_bytes().sum() or 0)
-    return _Piece(scanned.lines, settled, kept, undecided, size)
+    return _Piece(scanned.lines, settled, kept, undecided, scanned.kept_bytes)
 
 
 def _with_prev(
@@ -1073,6 +1070,13 @@ def _scanned_batches(
         pieces, size = [], 0
         return batch
 
+    def drain(ahead: int) -> Iterator[Future[_Batch]]:
+        """Take finished scans until `ahead` are left, flushing full batches."""
+        while len(scans) > ahead:
+            take(scans.popleft().result())
+            if size >= _BATCH_BYTES or len(pieces) >= _BATCH_CHUNKS:
+                yield flush()
+
     for chunk in chunks:
         if progress is not None:
             progress(len(chunk))
@@ -1080,14 +1084,8 @@ def _scanned_batches(
         previous = last_line(chunk)
         # With every line kept, a scanned piece is as big as its chunk and routing it takes
         # ~15x longer than scanning: scanning ahead would only hold memory.
-        while len(scans) > (1 if want_all else threads):
-            take(scans.popleft().result())
-            if size >= _BATCH_BYTES or len(pieces) >= _BATCH_CHUNKS:
-                yield flush()
-    while scans:
-        take(scans.popleft().result())
-        if size >= _BATCH_BYTES or len(pieces) >= _BATCH_CHUNKS:
-            yield flush()
+        yield from drain(1 if want_all else threads)
+    yield from drain(0)
     if pieces:
         yield flush()
 

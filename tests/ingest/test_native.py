@@ -136,18 +136,7 @@ _HEADERS = [
     "05-09 00:49:33 x.py:1\u0663] ",
     "05-09\u00a000:49:33 x.py:1] ",
 ]
-_LITERALS = sorted(
-    {
-        row[0].decode()
-        for row in _native.literal_table(
-            python_literals=logs._PY_LITERALS,
-            stats_literals=logs._STATS_LITERALS,
-            request_starts=logs._REQ_STARTS,
-            request_literals=logs._REQ_LITERALS,
-            ansi_literals=logs._ANSI_LITERALS,
-        )
-    }
-)
+_LITERALS = sorted({row[0].decode() for row in logs._SCANNER_ROWS})
 _NOISE = ["\x1b[0m", "\r", "\t", " ", "{", '{"log": "x"}', "\u2588", "-", ":", "]", "\x7f", "é"]
 _FILLER = ["abc", "0", "12", "Running: 3 reqs", "KV cache usage: 50.0%", 'GET /x HTTP/1.1" 200']
 _FRAGMENT = st.sampled_from(_HEADERS + _LITERALS + _NOISE + _FILLER)
