@@ -144,6 +144,23 @@ static int header_at(const unsigned char *p, const unsigned char *end) {
     return 1;
 }
 
+/* Flags of the literals whose fingerprint starts at q (q + 1 < limit) and that lie in
+ * [start, limit). */
+static inline __attribute__((always_inline)) int literals_at(const Table *t, const unsigned char *q, const unsigned char *start,
+                              const unsigned char *limit) {
+    unsigned key = ((unsigned)q[0] << 8) | q[1];
+    if (__builtin_expect(!(t->bigram[key >> 3] & (1u << (key & 7))), 1)) return 0;
+    int flags = 0;
+    for (int k = t->head[key]; k >= 0; k = t->next[k]) {
+        const unsigned char *s0 = q - t->anchor[k];
+        if (s0 >= start && limit - s0 >= t->len[k] &&
+            memcmp(s0, t->text[k], (size_t)t->len[k]) == 0) {
+            flags |= t->flags[k];
+        }
+    }
+    return flags;
+}
+
 /* The cascade of logs.py, for a clean line with these literal flags and header count. */
 static int decide(int flags, int headers, int blank) {
     if (flags & F_UNUSUAL) return C_UNDECIDED;
@@ -170,17 +187,7 @@ static int classify(const Table *t, const unsigned char *p, const unsigned char 
         }
         if (c != ' ' && c != '\t') blank = 0;
         if (c == '-' && q - p >= 2 && headers < 2 && header_at(q - 2, end)) headers++;
-        if (q + 1 < end) {
-            unsigned key = ((unsigned)c << 8) | q[1];
-            if (t->bigram[key >> 3] & (1u << (key & 7))) {
-                for (int k = t->head[key]; k >= 0; k = t->next[k]) {
-                    const unsigned char *s0 = q - t->anchor[k];
-                    if (s0 >= p && end - s0 >= t->len[k] && memcmp(s0, t->text[k], t->len[k]) == 0) {
-                        flags |= t->flags[k];
-                    }
-                }
-            }
-        }
+        if (q + 1 < end) flags |= literals_at(t, q, p, end);
     }
     return decide(flags, headers, blank);
 }
@@ -203,21 +210,31 @@ static int grow(Lines *lines) {
     return 0;
 }
 
+static int push_line(Lines *lines, Py_ssize_t start, int code) {
+    if (lines->n == lines->cap && grow(lines) < 0) return -1;
+    lines->starts[lines->n] = start;
+    lines->codes[lines->n] = (uint8_t)code;
+    lines->n++;
+    return 0;
+}
+
+/* After the last line: starts[n] = size, so line i is [starts[i], starts[i + 1]). */
+static int close_lines(Lines *lines, Py_ssize_t size) {
+    if (lines->n == lines->cap && grow(lines) < 0) return -1;
+    lines->starts[lines->n] = size;
+    return 0;
+}
+
 /* Split and classify; no Python calls (runs without the GIL). */
 static int scan_lines(const Table *t, const unsigned char *data, Py_ssize_t size, Lines *lines) {
     Py_ssize_t pos = 0;
     while (pos < size) {
-        if (lines->n == lines->cap && grow(lines) < 0) return -1;
         const unsigned char *nl = memchr(data + pos, '\n', (size_t)(size - pos));
         Py_ssize_t stop = nl ? (Py_ssize_t)(nl - data) : size;
-        lines->starts[lines->n] = pos;
-        lines->codes[lines->n] = (uint8_t)classify(t, data + pos, data + stop, nl != NULL);
-        lines->n++;
+        if (push_line(lines, pos, classify(t, data + pos, data + stop, nl != NULL)) < 0) return -1;
         pos = nl ? stop + 1 : size;
     }
-    if (lines->n == lines->cap && grow(lines) < 0) return -1;
-    lines->starts[lines->n] = size;
-    return 0;
+    return close_lines(lines, size);
 }
 
 static int is_blank(const unsigned char *p, const unsigned char *end) {
@@ -241,16 +258,12 @@ typedef struct {
 } State;
 
 static int end_line(State *st, const unsigned char *data, Py_ssize_t stop) {
-    Lines *lines = st->lines;
-    if (lines->n == lines->cap && grow(lines) < 0) return -1;
     int code = C_UNDECIDED;
     if (!st->bad && !(stop > st->start && data[st->start] == '{')) {
         int blank = st->headers != 1 && is_blank(data + st->start, data + stop);
         code = decide(st->flags, st->headers, blank);
     }
-    lines->starts[lines->n] = st->start;
-    lines->codes[lines->n] = (uint8_t)code;
-    lines->n++;
+    if (push_line(st->lines, st->start, code) < 0) return -1;
     st->start = stop + 1;
     st->flags = st->headers = st->bad = 0;
     return 0;
@@ -280,17 +293,9 @@ static inline __attribute__((always_inline)) int events(State *st, const Table *
             header_at(data + pos - 2, data + size)) {
             st->headers++;
         }
+        /* a literal cannot span a newline, so the buffer's end bounds it like the line's */
         if ((cand & bit) && pos + 1 < size) {
-            unsigned key = ((unsigned)data[pos] << 8) | data[pos + 1];
-            if (t->bigram[key >> 3] & (1u << (key & 7))) {
-                for (int k = t->head[key]; k >= 0; k = t->next[k]) {
-                    Py_ssize_t s0 = pos - t->anchor[k];
-                    if (s0 >= st->start && size - s0 >= t->len[k] &&
-                        memcmp(data + s0, t->text[k], t->len[k]) == 0) {
-                        st->flags |= t->flags[k];
-                    }
-                }
-            }
+            st->flags |= literals_at(t, data + pos, data + st->start, data + size);
         }
     }
     return 0;
@@ -298,10 +303,7 @@ static inline __attribute__((always_inline)) int events(State *st, const Table *
 
 static int finish_scan(State *st, const unsigned char *data, Py_ssize_t size) {
     if (st->start < size && end_line(st, data, size) < 0) return -1; /* no final newline */
-    Lines *lines = st->lines;
-    if (lines->n == lines->cap && grow(lines) < 0) return -1;
-    lines->starts[lines->n] = size;
-    return 0;
+    return close_lines(st->lines, size);
 }
 
 /* Loads read up to 22 bytes past a block's start (the fingerprint's 3rd byte, the header's
