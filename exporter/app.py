@@ -432,7 +432,7 @@ async def _save(upload: UploadFile, directory: Path, kind: str, index: int) -> s
 
 
 def _analyze_files(log_specs: list[str], bench_specs: list[str], window_s: float) -> Any:
-    from preemptscope.commands.report import load_inputs
+    from preemptscope.inputs import load_inputs
 
     try:
         inputs = load_inputs(log_specs, (), bench_specs)

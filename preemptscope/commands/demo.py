@@ -29,9 +29,10 @@ from preemptscope.analysis.sim import writers
 from preemptscope.analysis.sim.engine import SimResult, simulate
 from preemptscope.analysis.sim.scenarios import Scenario, demo_scenarios
 from preemptscope.analysis.sim.whatif import WhatIfOutcome, sweep
-from preemptscope.commands.report import LoadOptions, load_inputs, parse_duration, parse_time
+from preemptscope.commands.report import parse_duration, parse_time
 from preemptscope.errors import InputError, PreemptscopeError
 from preemptscope.ingest.logs import ParseOptions
+from preemptscope.inputs import LoadOptions, load_inputs
 
 DEFAULT_OUT = "demo-output"
 # Fixed by default so two runs with the same seed write identical files.

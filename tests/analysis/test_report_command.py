@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from preemptscope.cli import main
-from preemptscope.commands.report import load_inputs, parse_duration, split_spec, stem
+from preemptscope.commands.report import parse_duration
+from preemptscope.inputs import load_inputs, split_spec, stem
 
 CORPUS = Path(__file__).parent.parent / "fixtures" / "analysis" / "corpus"
 KV99 = str(CORPUS / "034-v010-docker-ts-wrapped-stats-kv-99pct.log")
