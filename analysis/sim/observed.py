@@ -120,7 +120,17 @@ def check_changes(replay: Replay, changes: Mapping[str, Any]) -> None:
         raise ConfigError(f"--scheduling-policy {policy!r}: fcfs or priority")
 
 
-def replay_inputs(item: Any) -> dict[str, pl.DataFrame | None]:
+@dataclass(frozen=True)
+class ReplayFrames:
+    """What build_replay reads: client rows (or the log's), /metrics, stats and request lines."""
+
+    latencies: pl.DataFrame | None = None
+    metrics: pl.DataFrame | None = None
+    stats: pl.DataFrame | None = None
+    requests: pl.DataFrame | None = None
+
+
+def replay_inputs(item: Any) -> ReplayFrames:
     """build_replay's frames from a DeploymentInputs (logs, /metrics, client rows)."""
     from preemptscope.ingest.lifecycle import latencies_from_requests
 
@@ -134,12 +144,7 @@ def replay_inputs(item: Any) -> dict[str, pl.DataFrame | None]:
         derived = latencies_from_requests(requests)
         latencies = derived if derived.height else None
     metrics = item.metrics if item.metrics is not None and item.metrics.height else None
-    return {
-        "latencies": latencies,
-        "metrics": metrics,
-        "stats": frames("scheduler_stats"),
-        "requests": requests,
-    }
+    return ReplayFrames(latencies, metrics, frames("scheduler_stats"), requests)
 
 
 def candidate_config(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig:
@@ -304,11 +309,8 @@ def settings(
 
 def build_replay(
     capacity: Capacity,
+    frames: ReplayFrames,
     *,
-    latencies: pl.DataFrame | None,
-    metrics: pl.DataFrame | None,
-    stats: pl.DataFrame | None,
-    requests: pl.DataFrame | None,
     preemptions: int | None,
     base: SimConfig | None = None,
     current: Mapping[str, Any] | None = None,
@@ -317,6 +319,12 @@ def build_replay(
     seed: int = 0,
 ) -> Replay:
     """Everything a replay needs, from what one deployment's inputs show."""
+    latencies, metrics, stats, requests = (
+        frames.latencies,
+        frames.metrics,
+        frames.stats,
+        frames.requests,
+    )
     assumptions: list[str] = []
     config = settings(
         capacity, base or SimConfig(), current or {}, assumptions, presets_given=presets_given
