@@ -124,7 +124,8 @@ _SCANNER_ROWS = _native.literal_table(
     stats_literals=_STATS_LITERALS,
     request_starts=_REQ_STARTS,
     request_literals=_REQ_LITERALS,
-    ansi_literals=_ANSI_LITERALS,
+    # Ray's `[repeated Nx across cluster]` lines take the per-line path (ingest/_lines.py).
+    ansi_literals=[*_ANSI_LITERALS, cat.RAY_REPEAT_LITERAL],
 )
 _SCANNER = _native.Scanner(_SCANNER_ROWS) if _native.available() else None
 
@@ -214,7 +215,9 @@ def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
 
 # Bulk lines (requests, access, other) are taken apart with positions and small regexes on
 # short slices: one envelope regex with captures over every line costs several times more.
-_TS_FIND = cat.TIMESTAMP
+# The timestamp of the header, with its location: a bare `MM-DD HH:MM:SS ` also matches inside
+# a wrapper's date (`2025-07-10 08:59:40 ERROR 07-09 17:59:40 [core.py:586] `).
+_TS_FIND = cat.HEADER_CORE
 _LEVEL_FIND = cat.UVICORN_LEVEL
 _ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
 _LEVEL_BEFORE_TS = r"(DEBUG|INFO|ERROR|WARNING|CRITICAL) $"
@@ -629,9 +632,10 @@ def _cascade(df: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], list[pl.D
     def join(part: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
         return pl.concat([part, extra]) if extra.height else part
 
-    # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws.
+    # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws, Ray's
+    # deduplicated repeats (one line, several records).
     text = df["raw"]
-    odd_mask = brace
+    odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
     carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
     if carriage.any():
         odd_mask = odd_mask | (carriage & ~text.str.contains(r"^[^\r]*\r\n?$"))
