@@ -43,6 +43,7 @@ from preemptscope.ingest._time import (
     bulk_years,
     line_years,
     stamp,
+    time_from_name,
 )
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting, LogFrames
 
@@ -66,6 +67,7 @@ class ParseOptions:
     start: datetime | None = None  # --start: time of the first record, anchors year inference
     tz: str = "UTC"  # zone of the log's naive timestamps (IANA name); frames hold UTC
     reference_time: datetime | None = None  # e.g. file mtime; used when nothing better tells
+    name_time: datetime | None = None  # a date in the file name; before the mtime
 
     def __post_init__(self) -> None:
         try:
@@ -831,6 +833,8 @@ def _date_and_stamp(
     anchor_first(
         stamped_rows,
         state.years,
+        carried=_carried_time(kinds),
+        name_time=options.name_time,
         tz=options.tz,
         year=options.year,
         start=options.start,
@@ -868,6 +872,19 @@ def _date_and_stamp(
         result.frames[kind] = stamped.select(
             [names.get(name, pl.col(name)) for name in schema]
         ).cast(schema)
+
+
+def _carried_time(kinds: dict[str, pl.DataFrame]) -> tuple[int, str, str] | None:
+    """(line, time, source) of the first row whose data carries a year: a wrapper or JSON time."""
+    found: tuple[int, str, str] | None = None
+    for frame in kinds.values():
+        for column, source in (("_wts", "wrapper"), ("_ats", "json")):
+            rows = frame.filter(pl.col(column).is_not_null())
+            if rows.height:
+                line, text = rows["line"][0], rows[column][0]
+                if found is None or line < found[0]:
+                    found = (int(line), str(text), source)
+    return found
 
 
 def _version_and_era(frames: LogFrames) -> tuple[str | None, str | None]:
@@ -961,6 +978,7 @@ def _options_for(path: str, options: ParseOptions) -> ParseOptions:
         start=options.start,
         tz=options.tz,
         reference_time=datetime.fromtimestamp(mtime, tz=UTC),
+        name_time=options.name_time or time_from_name(path),
     )
 
 

@@ -331,3 +331,74 @@ def test_ray_suffix_inside_a_message_is_not_a_repeat(tmp_path: Path) -> None:
     ]
     for frames in _both(lines, tmp_path):
         assert frames["requests"].height == 1
+
+
+def _write(path: Path, lines: Sequence[str], mtime_year: int) -> Path:
+    import os
+
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    stamp = datetime(mtime_year, 6, 1, tzinfo=UTC).timestamp()
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def test_a_later_wrapper_time_beats_the_mtime(tmp_path: Path) -> None:
+    # The first records have no wrapper; a Docker Desktop line later in the file says the
+    # year. Counting back over the Dec -> Jan rollover puts the first record in 2025.
+    lines = [
+        "INFO 12-31 23:59:50 [loggers.py:116] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+        "Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV "
+        "cache usage: 5.0%, Prefix cache hit rate: 0.0%",
+        "2026-01-01 09:00:05 ERROR 01-01 00:00:05 [core.py:586] EngineCore failed to start.",
+    ]
+    frames = parse_path(_write(tmp_path / "vllm.log", lines, mtime_year=2031))
+    assert frames.year_source == "wrapper"
+    assert frames["scheduler_stats"]["timestamp"][0] == datetime(
+        2025, 12, 31, 23, 59, 50, tzinfo=UTC
+    )
+    assert frames["other"]["timestamp"][0] == datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
+
+
+def test_a_foreign_asctime_in_the_content_beats_the_mtime(tmp_path: Path) -> None:
+    # round-2 114: FlashInfer's `2026-02-02 18:25:03,837 - INFO - …` lines carry the year.
+    path = _write(tmp_path / "omni.log", _lines(_file("114")), mtime_year=2031)
+    frames = parse_path(path)
+    assert frames.year_source == "json"
+    assert frames["kv_capacity"]["timestamp"][0] == datetime(2026, 2, 2, 18, 25, 3, tzinfo=UTC)
+
+
+def test_a_date_in_the_file_name_beats_the_mtime(tmp_path: Path) -> None:
+    lines = [
+        "INFO 12-30 10:00:00 [api_server.py:1] vLLM API server version 0.6.3",
+        "INFO 01-02 10:00:00 [api_server.py:2] Started server process",
+    ]
+    frames = parse_path(_write(tmp_path / "vllm-2024-12-30.log", lines, mtime_year=2031))
+    assert frames.year_source == "name"
+    assert frames["config"]["timestamp"][0] == datetime(2024, 12, 30, 10, tzinfo=UTC)
+    assert frames["other"]["timestamp"][0] == datetime(2025, 1, 2, 10, tzinfo=UTC)
+    # --year is the user's word: it wins over the name
+    frames = parse_path(
+        _write(tmp_path / "vllm-2024-12-30.log", lines, mtime_year=2031),
+        options=ParseOptions(year=2023),
+    )
+    assert (frames.year_source, frames["config"]["timestamp"][0].year) == ("option", 2023)
+    # without anything better, the mtime still decides
+    frames = parse_path(_write(tmp_path / "vllm.log", lines, mtime_year=2031))
+    assert (frames.year_source, frames["config"]["timestamp"][0].year) == ("mtime", 2030)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("vllm-2025-07-10.log", datetime(2025, 7, 10)),
+        ("server_20250710_1230.log.gz", datetime(2025, 7, 10)),
+        ("/logs/2019-01-01/vllm.log", None),  # only the file's own name counts
+        ("vllm-2025-13-40.log", None),
+        ("run-12345678.log", None),
+        ("vllm.log", None),
+    ],
+)
+def test_time_from_name(name: str, expected: datetime | None) -> None:
+    from preemptscope.ingest._time import time_from_name
+
+    assert time_from_name(name) == expected
