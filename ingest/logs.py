@@ -152,6 +152,47 @@ def _pct(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Float64, strict=False) * 0.01
 
 
+_STATS_INTS = ("engine", "running", "waiting", "swapped", "deferred", "preemptions")
+_STATS_FLOATS = (
+    "prompt_throughput",
+    "generation_throughput",
+    "throughput_v01",
+    "gpu_kv_cache_usage",
+    "cpu_kv_cache_usage",
+    "prefix_cache_hit_rate",
+    "external_prefix_cache_hit_rate",
+    "mm_cache_hit_rate",
+)
+
+
+def _stats_invalid(msg: pl.Expr) -> pl.Expr:
+    """The first stats field whose text is no number of its column (null when all fit)."""
+    checks = []
+    for name, pattern in cat.STATS_FIELDS:
+        if name not in _STATS_INTS and name not in _STATS_FLOATS:
+            continue
+        text = msg.str.extract(pattern, 1)
+        value = text.cast(pl.Int64 if name in _STATS_INTS else pl.Float64, strict=False)
+        bad = text.is_not_null() & (value.is_null() | ~value.cast(pl.Float64).is_finite())
+        checks.append(pl.when(bad).then(pl.lit(f"scheduler_stats.{name}")))
+    return pl.coalesce(checks)
+
+
+def _stats_frames(sub: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(stats rows, unrecognised rows: lines whose numbers do not fit their columns)."""
+    invalid = _stats_invalid(pl.col("raw").str.extract_groups(_STATS_EXTRACT).struct.field("msg"))
+    sub = sub.with_columns(invalid.alias("_invalid"))
+    bad = sub.filter(pl.col("_invalid").is_not_null())
+    if bad.height:
+        sub = sub.filter(pl.col("_invalid").is_null())
+    rejected = bad.select(
+        pl.col("line"),
+        pl.col("raw").str.strip_chars_end("\r\n").alias("text"),
+        pl.concat_str([pl.lit("number not valid: "), pl.col("_invalid")]).alias("reason"),
+    )
+    return _stats_frame(sub.drop("_invalid")), rejected
+
+
 def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
     groups = sub.select(
         pl.col("line"), pl.col("raw").str.extract_groups(_STATS_EXTRACT).alias("g")
@@ -405,6 +446,9 @@ def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
     )
 
 
+_UNRECOGNIZED_ROWS = {"line": pl.Int64, "text": pl.String, "reason": pl.String}
+
+
 @dataclass
 class _Batch:
     frames: dict[str, list[pl.DataFrame]]
@@ -601,8 +645,11 @@ def _assemble(
         counts[name] = counts.get(name, 0) + count
     accounting.blank_lines = counts.get("blank", 0)
     summarized: dict[str, int] = {}
+    rejected = pl.DataFrame(schema=_UNRECOGNIZED_ROWS)
     if "stats" in routed:
-        frames["scheduler_stats"].append(_stats_frame(pl.concat(routed["stats"], how="diagonal")))
+        stats, rejected = _stats_frames(pl.concat(routed["stats"], how="diagonal"))
+        frames["scheduler_stats"].append(stats)
+        counts["stats"] -= rejected.height
     builders = {
         "requests": ("requests", _requests_frame),
         "access": ("access", _access_frame),
@@ -632,14 +679,15 @@ def _assemble(
         if result.unrecognized:
             frames["unrecognized"].append(
                 pl.DataFrame(
-                    {
-                        "line": [line for line, _ in result.unrecognized],
-                        "text": [text for _, text in result.unrecognized],
-                    },
-                    schema={"line": pl.Int64, "text": pl.String},
+                    result.unrecognized,
+                    schema=_UNRECOGNIZED_ROWS,
+                    orient="row",
                 )
             )
         accounting.unrecognized_lines = len(result.unrecognized)
+    if rejected.height:
+        frames["unrecognized"].append(rejected)
+        accounting.unrecognized_lines += rejected.height
     fast_parsed = sum(v for k, v in counts.items() if k != "blank")
     accounting.parsed_lines = fast_parsed + parsed
     return _Batch(frames, accounting, summarized)
