@@ -76,8 +76,16 @@ ENVELOPE = (
 ELIDED_ENVELOPE = (
     rf"^(?:{WRAPPER_TS})?(?:[\w.-]+ +\| )?(?:{PROCESS}|{RANK})?{TAG}"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"(?:\.\.\.|…|\[\.\.\.\]|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "
+    r"(?:\.\.\.|…|\[\.\.\.\]|(?P<ats>\d{4}-\d\d-\d\d[ T][0-2]\d:[0-5]\d:[0-6]\d(?:[.,]\d+)?)"
+    r"|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "
     r"(?:\[?(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?)?"
+)
+# journald / syslog in front of a line (`авг 18 14:14:59 llm python3[28148]: `): the month in
+# the host's locale, host, identifier and pid. A vLLM header behind it is read as usual; a line
+# with none (a print) is that process's output.
+SYSLOG = (
+    r"^[^\W\d_]{3,9}\.? {1,2}[0-3]?\d [0-2]\d:[0-5]\d:[0-6]\d [^\s\[\]]+ "
+    r"(?P<proc>[^\s\[\]:]+)\[(?P<pid>[0-9]+)\]: "
 )
 # Uvicorn: `INFO:     172.18.0.1:59468 - "POST /v1/chat/completions HTTP/1.1" 200 OK`.
 UVICORN = (

@@ -301,10 +301,10 @@ def test_log_free_memory_line_feeds_capacity(
     out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log))
     assert out["kv_memory_gib"] == 36.88 and out["logged"]["gpu_memory_gib"] == 47.37
     # without the KV figure, the logged GPU size and utilization are the GPU flags
-    log.write_text(
-        "(EngineCore_DP0 pid=1) ValueError: Free memory on device cuda:0 (27.28/31.86 GiB) on "
-        "startup is less than desired GPU memory utilization (0.97, 30.9 GiB). Decrease GPU "
-        "memory utilization or reduce GPU memory used by other processes.\n"
+    log.write_text(  # V0's memory profile (v0.6.5 - v0.10.2), no KV figure on this line
+        "(VllmWorkerProcess pid=507) INFO 04-12 08:21:19 [worker.py:267] the current vLLM "
+        "instance can use total_gpu_memory (31.86GiB) x gpu_memory_utilization (0.97) = "
+        "30.90GiB\n"
         "(APIServer pid=1) INFO 05-01 10:00:00 [model.py:1554] Using max model len 4096\n"
     )
     out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log))
