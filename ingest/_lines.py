@@ -290,7 +290,6 @@ def _envelope(text: str) -> tuple[Env, str]:
                 pid=_int(match.group("pid")),
                 level=match.group("level"),
                 wts=match.group("wts"),
-                ats=match.group("ats"),
                 file=match.group("file"),
                 lineno=_int(match.group("lineno")),
                 known=True,

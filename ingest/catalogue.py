@@ -76,8 +76,7 @@ ENVELOPE = (
 ELIDED_ENVELOPE = (
     rf"^(?:{WRAPPER_TS})?(?:[\w.-]+ +\| )?(?:{PROCESS}|{RANK})?{TAG}"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"(?:\.\.\.|…|\[\.\.\.\]|(?P<ats>\d{4}-\d\d-\d\d[ T][0-2]\d:[0-5]\d:[0-6]\d(?:[.,]\d+)?)"
-    r"|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "
+    r"(?:\.\.\.|…|\[\.\.\.\]|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "
     r"(?:\[?(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?)?"
 )
 # journald / syslog in front of a line (`авг 18 14:14:59 llm python3[28148]: `): the month in

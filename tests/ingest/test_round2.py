@@ -402,3 +402,17 @@ def test_time_from_name(name: str, expected: datetime | None) -> None:
     from preemptscope.ingest._time import time_from_name
 
     assert time_from_name(name) == expected
+
+
+def test_journald_wrapped_prints_are_that_process_output() -> None:
+    # round-2 106: a fork's print lines behind `авг 18 14:14:59 llm python3[28148]: `
+    frames = parse_path(_file("106"), options=ParseOptions(year=2026))
+    prints = frames["other"].filter(pl.col("level").is_null())
+    assert prints.select("line", "process", "pid").rows() == [
+        (1, "python3", 28148),
+        (3, "python3", 28148),
+        (4, "python3", 28147),
+        (5, "python3", 28145),
+    ]
+    kv = frames["kv_capacity"]  # the vLLM lines behind the same wrapper keep their prefix
+    assert kv.select("process", "kind").rows()[0] == ("Worker_TP0", "available_kv_memory")
