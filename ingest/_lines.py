@@ -33,6 +33,7 @@ SYSLOG_RE = regex.compile(cat.SYSLOG, _FLAGS)
 PLAIN_RES = [regex.compile(pattern, _FLAGS) for _name, pattern in cat.PLAIN_LINES]
 FRAME_RE = regex.compile(cat.TRACEBACK_FRAME, _FLAGS)
 RAY_REPEAT_RE = regex.compile(cat.RAY_REPEAT, _FLAGS)
+RAY_TOO_MANY = f"Ray repeat count above {cat.RAY_REPEAT_MAX}"
 SPLIT_RE = regex.compile(
     r"(?:\((?:[A-Za-z_][^()\n]*?(?:\([^()\n]*\)[^()\n]*?)?),? pid=\d+(?:, ip=[^)\n]*)?\) ?)?"
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )?" + cat.HEADER_CORE,
@@ -588,10 +589,12 @@ def ray_repeat(text: str) -> tuple[str, int]:
     stands for (1 without the suffix)."""
     if cat.RAY_REPEAT_LITERAL not in text:
         return text, 1
-    match = RAY_REPEAT_RE.search(text)
+    # The suffix ends the line: only its last start can match (one pass, whatever the text).
+    start = text.rfind(" [repeated ")
+    match = RAY_REPEAT_RE.fullmatch(text, start) if start >= 0 else None
     if match is None:
         return text, 1
-    return text[: match.start()], max(1, int(match.group("repeat")))
+    return text[:start], max(1, int(match.group("repeat")))
 
 
 def _repeat_rows(out: Parsed, before: dict[str, int], times: int) -> None:
@@ -612,6 +615,10 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
         text, times = ray_repeat(clean(raw))
         if not text.strip():
             out.blank_lines += 1
+            continue
+        if times > cat.RAY_REPEAT_MAX:
+            # Rows are copies: a count no real cluster buffers in seconds would only cost memory.
+            out.unrecognized.append((line, raw.rstrip("\r\n"), RAY_TOO_MANY))
             continue
         before = {kind: len(rows) for kind, rows in out.rows.items()} if times > 1 else {}
         segments = _segments(text)

@@ -648,10 +648,13 @@ TRACEBACK_FRAME = PLAIN_LINES[2][1]
 # the number of held-back lines, so the suffixed line stands for N lines (the first one was
 # printed on its own before). The note in parentheses follows the first such suffix only.
 RAY_REPEAT = (
-    r" \[repeated (?P<repeat>[0-9]{1,9})x across cluster\]"
-    r"(?: \(Ray deduplicates logs by default\.[^\n]*\))?$"
+    r" \[repeated (?P<repeat>[0-9]{1,12})x across cluster\]"
+    r"(?: \(Ray deduplicates logs by default\.[^\n]*\))?"
 )
 RAY_REPEAT_LITERAL = "x across cluster]"
+# Ray buffers repeats for ~5 s; a larger count than this is not a real log (and each repeat is
+# a row): the line is unrecognised with that reason.
+RAY_REPEAT_MAX = 10_000
 
 # Kinds whose messages go through the per-line path (rare lines, rich payloads).
 PYTHON_ROWS: tuple[LineFormat, ...] = PREEMPTION_ROWS + KV_ROWS + CONFIG_ROWS

@@ -416,3 +416,17 @@ def test_journald_wrapped_prints_are_that_process_output() -> None:
     ]
     kv = frames["kv_capacity"]  # the vLLM lines behind the same wrapper keep their prefix
     assert kv.select("process", "kind").rows()[0] == ("Worker_TP0", "available_kv_memory")
+
+
+def test_ray_repeat_count_is_bounded(tmp_path: Path) -> None:
+    from preemptscope.ingest import catalogue as cat
+
+    lines = [
+        f"(task pid=1) INFO 02-05 09:08:19 [a.py:1] hi [repeated {cat.RAY_REPEAT_MAX}x across "
+        "cluster]",
+        "(task pid=1) INFO 02-05 09:08:19 [a.py:1] hi [repeated 999999999999x across cluster]",
+    ]
+    for frames in _both(lines, tmp_path):
+        assert frames["other"].height == cat.RAY_REPEAT_MAX
+        (reason,) = frames["unrecognized"]["reason"].to_list()
+        assert reason == f"Ray repeat count above {cat.RAY_REPEAT_MAX}"
