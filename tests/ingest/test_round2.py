@@ -17,7 +17,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from preemptscope.ingest.logs import LogFrames, ParseOptions, parse_lines, parse_path
+from preemptscope.ingest.logs import ParseOptions, parse_lines, parse_path
+from preemptscope.ingest.schema import LogFrames
 from preemptscope.ingest.summary import LogSummary
 
 from .conftest import FIXTURES
