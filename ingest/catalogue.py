@@ -73,11 +73,15 @@ ENVELOPE = (
 # `INFO ... Application startup complete.`) or printed without the date (`INFO 18:45:57
 # [loggers.py:116] `). Anchored: only a wrapper, a compose prefix and a process prefix may
 # stand in front, so no text inside a message can start one.
+# The whole timestamp removed (`INFO [gpu_worker.py:489] `) is read when the location is kept.
+# Only the `regex` module reads this pattern (it repeats group names across alternatives).
 ELIDED_ENVELOPE = (
     rf"^(?:{WRAPPER_TS})?(?:[\w.-]+ +\| )?(?:{PROCESS}|{RANK})?{TAG}"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"(?:\.\.\.|…|\[\.\.\.\]|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "
+    r"(?:(?:(?:[01]\d-[0-3]\d )?(?:\.\.\.|…|\[\.\.\.\])"
+    r"|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "
     r"(?:\[?(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?)?"
+    r"|\[(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?)"
 )
 # journald / syslog in front of a line (`авг 18 14:14:59 llm python3[28148]: `): the month in
 # the host's locale, host, identifier and pid. A vLLM header behind it is read as usual; a line

@@ -431,3 +431,22 @@ def test_ray_repeat_count_is_bounded(tmp_path: Path) -> None:
         assert frames["other"].height == cat.RAY_REPEAT_MAX
         (reason,) = frames["unrecognized"]["reason"].to_list()
         assert reason == f"Ray repeat count above {cat.RAY_REPEAT_MAX}"
+
+
+def test_other_shortened_headers(tmp_path: Path) -> None:
+    lines = [
+        "INFO 05-09 ... [gpu_worker.py:489] Available KV cache memory: 4.11 GiB",
+        "(EngineCore pid=1) INFO [kv_cache_utils.py:1778] GPU KV cache size: 326,112 tokens",
+        "WARNING … Something odd",
+        "INFO done here",  # a level and a word: not a header
+    ]
+    for frames in _both(lines, tmp_path):
+        kv = frames["kv_capacity"]
+        assert kv.select("line", "process", "level", "value").rows() == [
+            (1, None, "INFO", 4.11),
+            (2, "EngineCore", "INFO", 326112.0),
+        ]
+        assert frames["other"].select("line", "level", "message").rows() == [
+            (3, "WARNING", "Something odd")
+        ]
+        assert frames["unrecognized"]["line"].to_list() == [4]
