@@ -577,6 +577,12 @@ def _plain(message: str, previous: str | None) -> bool:
     message = message.rstrip("\r\n")
     if any(pattern.match(message) for pattern in PLAIN_RES):
         return True
+    # After a few symbols a paste put in front (a quote bar `▎ `), as records are (_bare_match).
+    lead = _BARE_LEADS[0].match(message)
+    if lead is not None and lead.group().strip():
+        rest = message[lead.end() :].lstrip(" ")
+        if any(pattern.match(rest) for pattern in PLAIN_RES):
+            return True
     # The code line of a traceback frame follows its `  File "…", line N` line.
     if previous is None or not message.startswith("  "):
         return False
