@@ -30,6 +30,8 @@ PREFIX_RE = regex.compile(
 WRAPPER_RE = regex.compile(rf"^{cat.WRAPPER_TS}", _FLAGS)
 ELIDED_RE = regex.compile(cat.ELIDED_ENVELOPE, _FLAGS)
 SYSLOG_RE = regex.compile(cat.SYSLOG, _FLAGS)
+COMPOSE_RE = regex.compile(rf"^(?:{cat.WRAPPER_TS})?(?P<compose>{cat.COMPOSE})", _FLAGS)
+COMPOSE_ONLY_RE = regex.compile(cat.COMPOSE, _FLAGS)
 PLAIN_RES = [regex.compile(pattern, _FLAGS) for _name, pattern in cat.PLAIN_LINES]
 FRAME_RE = regex.compile(cat.TRACEBACK_FRAME, _FLAGS)
 RAY_REPEAT_RE = regex.compile(cat.RAY_REPEAT, _FLAGS)
@@ -298,7 +300,9 @@ def _envelope(text: str) -> tuple[Env, str]:
             text[match.end() :],
         )
     match = PREFIX_RE.match(text)
-    if match is not None and not match.group("pre").strip():
+    if match is not None and (
+        not match.group("pre").strip() or COMPOSE_ONLY_RE.fullmatch(match.group("pre"))
+    ):
         proc = match.group("proc") or match.group("rank")
         return (
             Env(process=proc, pid=_int(match.group("pid")), wts=match.group("wts")),
@@ -310,6 +314,10 @@ def _envelope(text: str) -> tuple[Env, str]:
     match = SYSLOG_RE.match(text)
     if match is not None:
         return Env(process=match.group("proc"), pid=_int(match.group("pid"))), text[match.end() :]
+    match = COMPOSE_RE.match(text)
+    if match is not None:
+        # Output of a compose service with no prefix of its own (v0.31+ raw tracebacks).
+        return Env(wts=match.group("wts")), text[match.end() :]
     return Env(), text
 
 

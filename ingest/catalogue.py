@@ -36,6 +36,8 @@ PROCESS = (
     r"(?:, ip=[^)\n]*)?\) ?"
 )
 RANK = r"\[(?P<rank>rank\d+)\]: ?"
+# docker compose's service column (`vllm-1  | `, `llm_server_1 | `) in front of any output.
+COMPOSE = r"[A-Za-z0-9][\w.-]{0,80} +\| "
 # A tag some launchers print between the process prefix and the level (vllm-omni `[Stage-0] `).
 TAG = r"(?:\[[A-Za-z][A-Za-z0-9_.-]*\] )?"
 # `INFO 05-09 00:49:33 scheduler.py:1057] ` (<= v0.7.3) and `INFO 05-09 00:49:33 [loggers.py:116] `
@@ -76,7 +78,7 @@ ENVELOPE = (
 # The whole timestamp removed (`INFO [gpu_worker.py:489] `) is read when the location is kept.
 # Only the `regex` module reads this pattern (it repeats group names across alternatives).
 ELIDED_ENVELOPE = (
-    rf"^(?:{WRAPPER_TS})?(?:[\w.-]+ +\| )?(?:{PROCESS}|{RANK})?{TAG}"
+    rf"^(?:{WRAPPER_TS})?(?:{COMPOSE})?(?:{PROCESS}|{RANK})?{TAG}"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
     r"(?:(?:(?:[01]\d-[0-3]\d )?(?:\.\.\.|…|\[\.\.\.\])"
     r"|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "

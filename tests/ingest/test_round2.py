@@ -451,3 +451,27 @@ def test_other_shortened_headers(tmp_path: Path) -> None:
             (3, "WARNING", "Something odd")
         ]
         assert frames["unrecognized"]["line"].to_list() == [4]
+
+
+def test_tracebacks_behind_a_compose_prefix(tmp_path: Path) -> None:
+    # docker compose puts its service column in front of every line (round-2 104's shape).
+    lines = [
+        "vllm-1  | (EngineCore pid=1) ERROR 10-05 02:14:25 [core.py:1010] EngineCore failed.",
+        "vllm-1  | (EngineCore pid=1) Traceback (most recent call last):",
+        "vllm-1  | Traceback (most recent call last):",
+        'vllm-1  |   File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 1001',
+        "vllm-1  |     engine_core = EngineCoreProc(*args, **kwargs)",
+        "vllm-1  | ValueError: No available memory for the cache blocks.",
+        "vllm-1  | hello world",
+    ]
+    for frames in _both(lines, tmp_path):
+        other = frames["other"]
+        assert other.select("line", "process", "level").rows() == [
+            (1, "EngineCore", "ERROR"),
+            (2, "EngineCore", None),
+            (3, None, None),
+            (4, None, None),
+            (5, None, None),
+            (6, None, None),
+        ]
+        assert frames["unrecognized"]["line"].to_list() == [7]  # text of unknown shape
