@@ -309,6 +309,9 @@ RAY = [
 
 
 def test_ray_repeated_lines_stand_for_their_count(tmp_path: Path) -> None:
+    # Ray's own test (python/ray/tests/test_output.py, test_dedup_logs): 10 prints give the
+    # first line and one line with `[repeated 9x across cluster]`. So the suffixed line stands
+    # for N lines, N + 1 with the first one.
     for frames in _both(RAY, tmp_path):
         acc = frames.accounting
         # Physical lines still add up: a suffixed line is one parsed line with several rows.
