@@ -310,3 +310,24 @@ def test_log_free_memory_line_feeds_capacity(
     out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log))
     assert (out["gpu_memory_gib"], out["gpu_memory_utilization"]) == (31.86, 0.97)
     assert (out["context_len"], out["context_source"]) == (4096, "log")
+
+
+def test_log_serving_settings_are_used_unless_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "(APIServer pid=1) INFO 05-01 10:00:00 [utils.py:233] non-default args: {'model': "
+        "'Qwen/Qwen3-1.7B', 'tensor_parallel_size': 2, 'block_size': 32, 'kv_cache_dtype': "
+        "'fp8'}\n"
+        "(Worker_TP0 pid=2) INFO 05-01 10:00:30 [gpu_worker.py:298] Available KV cache memory: "
+        "6.51 GiB\n"
+        "(EngineCore_DP0 pid=3) INFO 05-01 10:00:31 [kv_cache_utils.py:868] Maximum concurrency "
+        "for 32,768 tokens per request: 1.30x\n"
+    )
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log))
+    assert out["settings_from_log"] == {"tp": 2, "block_size": 32, "kv_cache_dtype": "fp8"}
+    assert (out["tensor_parallel_size"], out["block_size"]) == (2, 32)
+    assert out["bytes_per_token"] == 28 * 2 * (8 // 2) * 128 * 1  # fp8, half the KV heads
+    flagged = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log), "--tp", "1")
+    assert flagged["tensor_parallel_size"] == 1 and "tp" not in flagged["settings_from_log"]
