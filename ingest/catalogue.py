@@ -623,9 +623,12 @@ ACCESS_ROW = LineFormat(
     '(APIServer pid=1) INFO:     172.18.0.1:59468 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
 )
 
+# A traceback frame's `  File "…", line N, in f` line (its code line follows it).
+TRACEBACK_FRAME = r'^ +File "[^"]+", line [0-9]+(?:, in [^ ]+)?$'
 # Lines with no envelope that are still plainly a program's output (they become `other` rows
-# with a null level): Python tracebacks (raw since v0.31.0, where the process prefix is gone)
-# and tqdm progress bars. Each is recognised by its own shape, anchored at the start.
+# with a null level): Python tracebacks (raw since v0.31.0, where the process prefix is gone),
+# Python warnings and tqdm progress bars. Each is recognised by its own shape, anchored at the
+# start.
 PLAIN_LINES: tuple[tuple[str, str], ...] = (
     ("traceback", r"^Traceback \(most recent call last\):$"),
     (
@@ -633,21 +636,21 @@ PLAIN_LINES: tuple[tuple[str, str], ...] = (
         r"^(?:During handling of the above exception, another exception occurred|"
         r"The above exception was the direct cause of the following exception):$",
     ),
-    ("traceback", r'^ +File "[^"]+", line [0-9]+(?:, in [^ ]+)?$'),
+    ("traceback", TRACEBACK_FRAME),
     ("traceback", r"^ +[\^~]+$"),
     (
         "traceback",
         r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*"
         r"(?:Error|Exception|Exit|Interrupt|Warning)(?:: [^\n]*)?$",
     ),
+    # Python's warnings module: `/path/file.py:2356: UserWarning: message`
+    ("warning", r"^[^\s:][^:\n]{0,300}\.py:[0-9]+: [A-Za-z_][A-Za-z0-9_.]*Warning: "),
     (
         "progress",
         r"^[^|\n]{0,200}: *[0-9]{1,3}%(?:\|[^|\n]{0,200}\|| Completed \|)"
         r" *[0-9]+/[0-9]+ \[",
     ),
 )
-# The code line of a traceback frame: indented, right after a `  File "…", line N` line.
-TRACEBACK_FRAME = PLAIN_LINES[2][1]
 
 # Ray's log deduplication (`RAY_DEDUP_LOGS`, on by default): after printing a line, Ray holds
 # back its repeats for a few seconds and then prints the last one once with this suffix; N is

@@ -478,3 +478,16 @@ def test_tracebacks_behind_a_compose_prefix(tmp_path: Path) -> None:
             (6, None, None),
         ]
         assert frames["unrecognized"]["line"].to_list() == [7]  # text of unknown shape
+
+
+def test_python_warnings_are_output(tmp_path: Path) -> None:
+    lines = [  # round-1 corpus 066's shape (torch), and one behind a worker prefix
+        "/usr/local/lib/python3.12/dist-packages/torch/utils/cpp_extension.py:2356: UserWarning: "
+        "TORCH_CUDA_ARCH_LIST is not set, all archs for visible cards are included.",
+        "(Worker pid=3) /x/y.py:12: FutureWarning: `foo` is deprecated",
+    ]
+    for frames in _both(lines, tmp_path):
+        assert frames["other"].select("line", "process", "level").rows() == [
+            (1, None, None),
+            (2, "Worker", None),
+        ]
