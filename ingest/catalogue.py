@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # docker --timestamps / kubectl --timestamps / CRI (`<RFC3339> stdout F <line>`), and local
-# viewers that print the host's naive time in front (Docker Desktop: `2025-07-10 08:59:40 `).
-# A naive wrapper gives the year only: its zone is the viewer's, not the log's.
+# viewers that print the host's naive time in front (Docker Desktop: `2025-07-10 08:59:40 `,
+# or `2025-07-10T08:59:40 `). A naive wrapper gives the year only: its zone is the viewer's.
 WRAPPER_TS = (
-    r"(?P<wts>\d{4}-\d\d-\d\d(?:T\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)"
+    r"(?P<wts>\d{4}-\d\d-\d\d(?:T\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
     r"| \d\d:\d\d:\d\d(?:[.,]\d+)?))"
     r"\s+(?:(?:stdout|stderr) [FP] )?"
 )
@@ -60,7 +60,7 @@ LAST_PROCESS = (
 )
 RANK_PREFIX = r"\[(rank[0-9]+)\]:"
 LEADING_WRAPPER_TS = (
-    r"^([0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2})"
+    r"^([0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2})?"
     r"| [0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?))\s"
 )
 # Uvicorn's level prefix (`INFO:     `).

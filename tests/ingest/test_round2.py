@@ -271,6 +271,19 @@ DESKTOP = [
 ]
 
 
+def test_naive_iso_wrapper_gives_the_year_only(tmp_path: Path) -> None:
+    lines = [
+        "2025-07-10T08:59:40.123 ERROR 07-09 17:59:40 [core.py:586] EngineCore failed to start.",
+        "2025-07-10T08:59:41.000000001Z INFO 07-10 08:59:41 [core.py:587] zoned: the time too",
+    ]
+    for frames in _both(lines, tmp_path, year=2020):
+        assert frames.year_source == "wrapper"
+        assert frames["other"]["timestamp"].to_list() == [
+            datetime(2025, 7, 9, 17, 59, 40, tzinfo=UTC),
+            datetime(2025, 7, 10, 8, 59, 41, tzinfo=UTC),
+        ]
+
+
 def test_docker_desktop_wrapper_keeps_level_location_and_gives_the_year(tmp_path: Path) -> None:
     path = tmp_path / "desktop.log"
     path.write_text("".join(f"{line}\n" for line in DESKTOP), encoding="utf-8")
