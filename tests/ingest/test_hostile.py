@@ -87,7 +87,7 @@ def test_text_after_a_word_on_a_bare_line_is_no_record() -> None:
 def test_an_exception_message_starts_a_sizing_record_only() -> None:
     # `ValueError: Free memory on device ...` is vLLM's refusal; a preemption record right
     # after an exception's name is a user's text echoed, and stays a message.
-    frames = parse([f"ValueError: {PREEMPT[36:]}", f"KeyError: {STATS[36:]}"])
+    frames = parse([f"ValueError: {PREEMPT[35:]}", f"KeyError: {STATS[37:]}"])
     assert frames["preemption_warning"].height == 0
     assert frames["scheduler_stats"].height == 0
 
