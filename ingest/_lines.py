@@ -374,6 +374,12 @@ def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
         match = pattern.match(message)
         if match is None and not env.known and row.bare_ok:
             match = _bare_match(pattern, message)
+        if match is None and not env.known and row.kind == "kv_capacity":
+            # vLLM's startup refusal raises its sizing line as an exception's message
+            # (`ValueError: Free memory on device ...`). Sizing only: no count or verdict
+            # rests on it, so an exception that echoes a user's text cannot forge one.
+            lead = _EXCEPTION_LEAD.match(message)
+            match = pattern.match(message, lead.end()) if lead is not None else None
         if match is None:
             continue
         return row.kind, _row_columns(row, match)
@@ -394,6 +400,9 @@ _BARE_LEADS = (
         _FLAGS,
     ),
 )
+
+
+_EXCEPTION_LEAD = regex.compile(r"[A-Z]\w{0,60}(?:Error|Exception): ", _FLAGS)
 
 
 def _bare_match(pattern: regex.Pattern[str], message: str) -> regex.Match[str] | None:
