@@ -40,6 +40,7 @@ from preemptscope.analysis.windows import (
 )
 from preemptscope.ingest.lifecycle import latencies_from_requests
 from preemptscope.ingest.schema import LogFrames, empty
+from preemptscope.ingest.versions import v0_warns_preemption
 
 __all__ = [
     "AnalysisParams",
@@ -104,7 +105,17 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         (metrics, "timestamp"),
         (lat, "start"),
     )
-    table, v0 = build_window_table(stats, warnings, metrics, params, grid)
+    facts = capacity_facts(inputs.logs, metrics, lat, [])
+    v0_logs = [lf for lf in inputs.logs if lf.log_era in ("v0", "mixed")]
+    table, v0 = build_window_table(
+        stats,
+        warnings,
+        metrics,
+        params,
+        grid,
+        v0_warns=any(v0_warns_preemption(lf.vllm_version) for lf in v0_logs),
+        max_num_seqs=facts.max_num_seqs,
+    )
     latency_by_window = _latency(grid, metrics, lat, params)
     windows = [
         Window(
@@ -129,14 +140,17 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
             latency=latency_by_window[i],
             samples=row["samples"],
             queue_bound=row["queue_bound"],
+            evidence_first=row["evidence_first"],
+            evidence_last=row["evidence_last"],
         )
         for i, row in enumerate(table.iter_rows(named=True))
     ]
     now = params.now or _last_timestamp(stats, warnings, metrics, lat)
     preemptions = _preemption_summary(windows, v0, metrics)
-    capacity = capacity_facts(inputs.logs, metrics, lat, windows)
-    found = episodes(windows, params)
+    running = [w.running_max for w in windows if w.running_max is not None]
+    capacity = dataclasses.replace(facts, peak_running=max(running) if running else None)
     correlation = correlate(windows, params)
+    found = episodes(windows, params, correlation.metric, _sampling_interval(stats, metrics))
     verdict = decide(windows, found, correlation, preemptions, capacity, params, now)
     disjoint = _disjoint_sources(
         {"log": stats, "/metrics": metrics, "client results": lat},
@@ -166,6 +180,25 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         sources=_source_paths(inputs),
         events=events,
     )
+
+
+def _sampling_interval(stats: pl.DataFrame, metrics: pl.DataFrame | None) -> float:
+    """Median seconds between consecutive stats records (per file and engine), else scrapes."""
+    gaps: list[pl.Series] = []
+    if stats.height > 1:
+        s = stats.filter(pl.col("timestamp").is_not_null()).sort("timestamp")
+        gaps.append(
+            s.select(
+                pl.col("timestamp").diff().over(["source", "engine"]).dt.total_microseconds()
+            ).to_series()
+        )
+    if not gaps and metrics is not None and metrics.height:
+        stamps = metrics["timestamp"].drop_nulls().unique().sort()
+        gaps.append(stamps.diff().dt.total_microseconds())
+    values = pl.concat(gaps).drop_nulls() if gaps else pl.Series([], dtype=pl.Int64)
+    values = values.filter(values > 0)
+    median = values.median() if values.len() else None
+    return float(median) / 1e6 if isinstance(median, int | float) else 0.0
 
 
 def _disjoint_sources(
@@ -275,6 +308,7 @@ def _preemption_summary(
         ),
         since_start=since,
         cache_reset_preemptions=sum(w.preemptions or 0 for w in counted if w.forced_preemptions),
+        unplaced=v0.unplaced,
     )
 
 

@@ -70,11 +70,15 @@ class Window:
     # Requests queue (waiting >= 1 and >= a quarter of running) while KV is not full: the limit
     # is max_num_seqs or compute, not the KV cache.
     queue_bound: bool = False
+    # First and last record (stats line, warning, scrape) in the window that shows the
+    # overload; null when the window is not over capacity or its evidence has no time.
+    evidence_first: datetime | None = None
+    evidence_last: datetime | None = None
 
 
 @dataclass(frozen=True)
 class Episode:
-    """A contiguous run of over-capacity windows."""
+    """A run of over-capacity windows, each with evidence of its own."""
 
     start: datetime
     end: datetime
@@ -83,6 +87,11 @@ class Episode:
     peak_kv_usage: float | None
     peak_waiting: int | None
     peak_p99_over_mean: float | None
+    # From the first to the last record that shows the overload (plus one sampling interval),
+    # so the length does not depend on where the window edges fall.
+    evidence_start: datetime | None = None
+    evidence_end: datetime | None = None
+    duration_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,19 @@ class Correlation:
     # preemption rate vs absolute p99: under sustained overload every request slows (queueing),
     # so p99 rises while p99/mean may not.
     spearman_rho_p99: float | None = None
+    # Window pairs behind spearman_rho (lag 0), its two-sided p-value and 95 % interval
+    # (Fisher z with the Fieller-Hartley-Pearson variance 1.06 / (n - 3)).
+    pairs: int = 0
+    p_value: float | None = None
+    rho_low: float | None = None
+    rho_high: float | None = None
+    best_lag_pairs: int = 0
+    best_lag_p_value: float | None = None  # Bonferroni-adjusted for the lags tried
+    pairs_p99: int = 0
+    p_value_p99: float | None = None
+    # "supports" (positive and significant), "against" (enough windows, no positive
+    # significant link), "too_few" (fewer than min_correlation_windows pairs), "none"
+    conclusion: Literal["supports", "against", "too_few", "none"] = "none"
 
 
 @dataclass(frozen=True)
@@ -109,6 +131,9 @@ class Evidence:
     code: str  # stable id, e.g. "preemptions", "kv_saturated", "p99_over_mean"
     message: str
     value: float | None = None
+    # The report fields the sentence quotes, by path inside the deployment's JSON (e.g.
+    # "preemptions.total"), with the values the sentence was written from.
+    quotes: dict[str, float | int | str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,6 +168,7 @@ class Preemptions:
     # preemptions since the engine started, including any before the data began.
     since_start: int | None = None
     cache_reset_preemptions: int = 0  # of `total`, in bursts judged to be cache resets
+    unplaced: int = 0  # of `total`, counted by warnings without a timestamp (in no window)
 
 
 @dataclass(frozen=True)
