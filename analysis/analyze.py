@@ -151,7 +151,16 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
     capacity = dataclasses.replace(facts, peak_running=max(running) if running else None)
     correlation = correlate(windows, params)
     found = episodes(windows, params, correlation.metric, _sampling_interval(stats, metrics))
-    verdict = decide(windows, found, correlation, preemptions, capacity, params, now)
+    verdict = decide(
+        windows,
+        found,
+        correlation,
+        preemptions,
+        capacity,
+        params,
+        now,
+        _no_count_reason(inputs.logs, metrics),
+    )
     disjoint = _disjoint_sources(
         {"log": stats, "/metrics": metrics, "client results": lat},
         {"log": "timestamp", "/metrics": "timestamp", "client results": "start"},
@@ -180,6 +189,26 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         sources=_source_paths(inputs),
         events=events,
     )
+
+
+def _no_count_reason(logs: Sequence[LogFrames], metrics: pl.DataFrame | None) -> str:
+    """Why nothing counts preemptions here, in the words of the inputs given."""
+    reasons = []
+    eras = {lf.log_era for lf in logs if lf.log_era}
+    if eras & {"v1", "mixed"}:
+        reasons.append(
+            "a V1 log prints no preemption line, and its stats lines have no Preemptions field"
+        )
+    if eras & {"v0", "mixed"}:
+        reasons.append(
+            "V0 warns on preemptions only from v0.4.3, and this log is older or does not "
+            "print its version"
+        )
+    if metrics is not None:
+        reasons.append("the /metrics samples have no vllm:num_preemptions_total")
+    elif logs:
+        reasons.append("give /metrics for vLLM's exact counter")
+    return "; ".join(reasons) or "nothing in them counts preemptions"
 
 
 def _sampling_interval(stats: pl.DataFrame, metrics: pl.DataFrame | None) -> float:

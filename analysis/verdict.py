@@ -59,6 +59,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _lasting(seconds: float) -> str:
+    return "one record (no duration)" if seconds < 1 else f"{_duration(seconds)} by its records"
+
+
 def _hhmm(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -71,6 +75,7 @@ def decide(
     capacity: Capacity,
     params: AnalysisParams,
     now: datetime | None,
+    no_count_reason: str = "nothing in them counts preemptions",
 ) -> Verdict:
     samples = sum(w.samples for w in windows)
     data = [w for w in windows if w.samples > 0 or w.latency]
@@ -89,10 +94,12 @@ def decide(
                 float(samples),
             )
         )
-        evidence += _preemption_evidence(preemptions) + _window_evidence(windows, preemptions)
+        evidence += _preemption_evidence(preemptions, no_count_reason)
+        evidence += _window_evidence(windows, preemptions)
         return Verdict("insufficient_data", evidence, "unknown")
 
-    evidence += _preemption_evidence(preemptions) + _window_evidence(windows, preemptions)
+    evidence += _preemption_evidence(preemptions, no_count_reason)
+    evidence += _window_evidence(windows, preemptions)
     evidence += _queue_evidence(active, params)
     evidence += _latency_evidence(correlation, params)
     if len(data) > len(active):
@@ -117,8 +124,15 @@ def decide(
             Evidence(
                 "episodes",
                 f"{len(episodes)} over-capacity episode(s) covering {len(over)} window(s); "
-                f"longest {_duration(episode_duration_s(longest))} from {_hhmm(longest.start)} "
-                f"to {_hhmm(longest.end)}",
+                f"longest {_lasting(episode_duration_s(longest))}, from "
+                f"{_hhmm(longest.evidence_start or longest.start)} to "
+                f"{_hhmm(longest.evidence_end or longest.end)}"
+                + (
+                    ""
+                    if current
+                    else f" (shorter than the {_duration(params.min_episode_s)} an episode "
+                    "needs, or long before the end of the data)"
+                ),
                 float(len(episodes)),
             )
         )
@@ -215,7 +229,7 @@ def _queue_run_evidence(run: Sequence[Window], params: AnalysisParams) -> Eviden
     )
 
 
-def _preemption_evidence(preemptions: Preemptions) -> list[Evidence]:
+def _preemption_evidence(preemptions: Preemptions, no_count_reason: str) -> list[Evidence]:
     """The preemption count as the JSON holds it: total, windows with / with a count."""
     p = preemptions
     out: list[Evidence] = []
@@ -224,8 +238,7 @@ def _preemption_evidence(preemptions: Preemptions) -> list[Evidence]:
             out.append(
                 Evidence(
                     "preemptions",
-                    "no preemption count in these inputs (a V1 log prints none; V0 warns only "
-                    "from v0.4.3, and this log's version is older or not printed)",
+                    f"no preemption count in these inputs ({no_count_reason})",
                     None,
                     {"preemptions.total": None},
                 )
