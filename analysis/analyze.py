@@ -145,12 +145,22 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         )
         for i, row in enumerate(table.iter_rows(named=True))
     ]
-    now = params.now or _last_timestamp(stats, warnings, metrics, lat)
+    spans = _source_spans(
+        {
+            "log": [(stats, "timestamp"), (warnings, "timestamp")],
+            "/metrics": [(metrics, "timestamp")],
+            "client results": [(lat, "start")],
+        }
+    )
     preemptions = _preemption_summary(windows, v0, metrics)
     running = [w.running_max for w in windows if w.running_max is not None]
     capacity = dataclasses.replace(facts, peak_running=max(running) if running else None)
     correlation = correlate(windows, params)
     found = episodes(windows, params, correlation.metric, _sampling_interval(stats, metrics))
+    over = [w for w in windows if w.over_capacity]
+    # The last over-capacity window's evidence (or start) lies inside its sources' span.
+    last_over = (over[-1].evidence_last or over[-1].start) if over else None
+    now = params.now or _span_end(spans, last_over)
     verdict = decide(
         windows,
         found,
@@ -161,10 +171,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         now,
         _no_count_reason(inputs.logs, metrics),
     )
-    disjoint = _disjoint_sources(
-        {"log": stats, "/metrics": metrics, "client results": lat},
-        {"log": "timestamp", "/metrics": "timestamp", "client results": "start"},
-    )
+    disjoint = _disjoint_evidence(spans, judged=params.now is None and len(spans) > 1)
     if disjoint is not None:
         verdict = dataclasses.replace(verdict, evidence=[*verdict.evidence, disjoint])
     events = find_events(
@@ -230,34 +237,74 @@ def _sampling_interval(stats: pl.DataFrame, metrics: pl.DataFrame | None) -> flo
     return float(median) / 1e6 if isinstance(median, int | float) else 0.0
 
 
-def _disjoint_sources(
-    frames: dict[str, pl.DataFrame | None], columns: dict[str, str]
-) -> Evidence | None:
+Span = tuple[str, datetime, datetime]
+
+
+def _source_spans(
+    sources: dict[str, list[tuple[pl.DataFrame | None, str]]],
+) -> list[Span]:
+    """(source, first, last) time of each input kind that has timestamps."""
+    spans: list[Span] = []
+    for name, parts in sources.items():
+        lows, highs = [], []
+        for frame, column in parts:
+            if frame is None or frame.is_empty():
+                continue
+            times = frame[column].drop_nulls()
+            low, high = times.min(), times.max()
+            if isinstance(low, datetime) and isinstance(high, datetime):
+                lows.append(low)
+                highs.append(high)
+        if lows:
+            spans.append((name, min(lows), max(highs)))
+    return spans
+
+
+def _clusters(spans: Sequence[Span]) -> list[tuple[list[str], datetime, datetime]]:
+    """Sources that overlap in time, merged; disjoint groups stay apart, in time order."""
+    out: list[tuple[list[str], datetime, datetime]] = []
+    for name, low, high in sorted(spans, key=lambda s: s[1]):
+        if out and low <= out[-1][2]:
+            names, first, last = out[-1]
+            out[-1] = ([*names, name], first, max(last, high))
+        else:
+            out.append(([name], low, high))
+    return out
+
+
+def _span_end(spans: Sequence[Span], moment: datetime | None) -> datetime | None:
+    """The end of the data for recency: the end of the overlapping sources holding `moment`.
+
+    A source that does not overlap the others (a /metrics snapshot copied today beside an
+    old log) must not make the others' evidence old: each group is judged on its own span.
+    """
+    groups = _clusters(spans)
+    if not groups:
+        return None
+    if moment is not None:
+        before = [g for g in groups if g[1] <= moment]
+        if before:
+            return before[-1][2]
+    return groups[-1][2]
+
+
+def _disjoint_evidence(spans: Sequence[Span], *, judged: bool) -> Evidence | None:
     """Sources of one deployment that never overlap in time: usually a wrong --tz or --year."""
-    spans: dict[str, tuple[datetime, datetime]] = {}
-    for name, frame in frames.items():
-        if frame is None or frame.is_empty():
-            continue
-        times = frame[columns[name]].drop_nulls()
-        low, high = times.min(), times.max()
-        if isinstance(low, datetime) and isinstance(high, datetime):
-            spans[name] = (low, high)
-    names = list(spans)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            (a0, a1), (b0, b1) = spans[a], spans[b]
-            if a1 < b0 or b1 < a0:
-                gap = min(abs((b0 - a1).total_seconds()), abs((a0 - b1).total_seconds()))
-                when_a = f"{a0:%Y-%m-%d %H:%M} to {a1:%H:%M} UTC"
-                when_b = f"{b0:%Y-%m-%d %H:%M} to {b1:%H:%M} UTC"
-                return Evidence(
-                    "sources_disjoint",
-                    f"the {a} ({when_a}) and the {b} ({when_b}) never overlap "
-                    f"({gap / 3600:.1f} h apart): check --tz / --year for the log and "
-                    "--bench-start for client results",
-                    gap,
-                )
-    return None
+    groups = _clusters(spans)
+    if len(groups) < 2:
+        return None
+    (a_names, a0, a1), (b_names, b0, b1) = groups[0], groups[1]
+    gap = (b0 - a1).total_seconds()
+    a, b = " + ".join(a_names), " + ".join(b_names)
+    how = "recency is judged on each one's own span; " if judged else ""
+    return Evidence(
+        "sources_disjoint",
+        f"the sources are disjoint: the {a} ({a0:%Y-%m-%d %H:%M} to {a1:%Y-%m-%d %H:%M} UTC) "
+        f"and the {b} ({b0:%Y-%m-%d %H:%M} to {b1:%Y-%m-%d %H:%M} UTC) never overlap "
+        f"({gap / 3600:.1f} h apart): {how}check --tz / --year for the log and "
+        "--bench-start for client results",
+        gap,
+    )
 
 
 def _source_paths(inputs: DeploymentInputs) -> list[str]:
@@ -289,25 +336,6 @@ def _latency(
                 if stats is not None and name not in result[i]:
                     result[i][name] = stats
     return result
-
-
-def _last_timestamp(
-    stats: pl.DataFrame,
-    warnings: pl.DataFrame,
-    metrics: pl.DataFrame | None,
-    lat: pl.DataFrame | None,
-) -> datetime | None:
-    found: list[datetime] = []
-    for frame, column in ((stats, "timestamp"), (warnings, "timestamp"), (metrics, "timestamp")):
-        if frame is not None and frame.height:
-            value = frame[column].max()
-            if isinstance(value, datetime):
-                found.append(value)
-    if lat is not None:
-        value = lat["start"].max()
-        if isinstance(value, datetime):
-            found.append(value)
-    return max(found) if found else None
 
 
 def _preemption_summary(

@@ -7,7 +7,7 @@ from preemptscope.analysis.analyze import DeploymentInputs, analyze_deployment
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import DeploymentReport
 
-from .builders import logframes, stat, warning
+from .builders import logframes, metrics_frame, sample, stat, warning
 
 P = AnalysisParams()
 
@@ -91,3 +91,22 @@ def test_the_minimum_episode_is_a_setting() -> None:
     assert run(logs=[logframes(rows)]).verdict.state == "at_risk"  # 90 s < 120 s
     shorter = AnalysisParams(min_episode_s=60.0)
     assert run(shorter, logs=[logframes(rows)]).verdict.state == "over_capacity"
+
+
+def test_a_disjoint_snapshot_does_not_make_the_log_old() -> None:
+    """A /metrics snapshot copied months later must not turn the log's overload into history."""
+    rows = [stat(i * 10, running=40, waiting=12, kv=0.99, preemptions=3) for i in range(60)]
+    later = 6858 * 3600.0
+    snapshot = metrics_frame(
+        [sample(later + t, "kv_cache_usage_perc", 0.1) for t in (0, 15, 30, 45)]
+        + [sample(later + t, "num_requests_waiting", 0) for t in (0, 15, 30, 45)]
+    )
+    report = run(logs=[logframes(rows)], metrics=snapshot)
+    assert report.verdict.state == "over_capacity"
+    codes = {e.code: e for e in report.verdict.evidence}
+    assert "sources are disjoint" in codes["sources_disjoint"].message
+    assert "own span" in codes["sources_disjoint"].message
+    assert "last_over_capacity" not in codes or "6858" not in codes["last_over_capacity"].message
+    # The user's own --now still rules: then the episode is history.
+    pinned = AnalysisParams(now=report.windows[-1].end)
+    assert run(pinned, logs=[logframes(rows)], metrics=snapshot).verdict.state == "at_risk"
