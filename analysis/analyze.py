@@ -22,6 +22,7 @@ from preemptscope.analysis.events import find_events
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import (
     Capacity,
+    ClientRun,
     DeploymentReport,
     Evidence,
     LatencyStats,
@@ -38,6 +39,7 @@ from preemptscope.analysis.windows import (
     data_windows,
     window_start,
 )
+from preemptscope.ingest.bench import BenchRun
 from preemptscope.ingest.lifecycle import latencies_from_requests
 from preemptscope.ingest.schema import LogFrames, empty
 from preemptscope.ingest.versions import v0_warns_preemption
@@ -71,6 +73,9 @@ class DeploymentInputs:
     metrics: pl.DataFrame | None = None  # METRIC_SAMPLES
     latencies: pl.DataFrame | None = None  # REQUEST_LATENCIES
     sources: list[SourceSummary] = field(default_factory=list)
+    # Client runs' whole-run figures, with the file they came from (summary-only results too).
+    runs: list[tuple[str, BenchRun]] = field(default_factory=list)
+    group: str | None = None  # the user's NAME when this is one server of several under it
 
 
 def analyze(inputs: Sequence[DeploymentInputs], params: AnalysisParams | None = None) -> Report:
@@ -149,12 +154,19 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         {
             "log": [(stats, "timestamp"), (warnings, "timestamp")],
             "/metrics": [(metrics, "timestamp")],
-            "client results": [(lat, "start")],
+            "client results": [(lat, "start"), (_run_times(inputs.runs), "start")],
         }
     )
+    runs = [client_run(path, run) for path, run in inputs.runs]
     preemptions = _preemption_summary(windows, v0, metrics)
     running = [w.running_max for w in windows if w.running_max is not None]
-    capacity = dataclasses.replace(facts, peak_running=max(running) if running else None)
+    capacity = dataclasses.replace(
+        facts,
+        peak_running=max(running) if running else None,
+        # The demand from the client's own totals when no request row gives it.
+        mean_tokens_per_request=facts.mean_tokens_per_request
+        or next((r.mean_tokens_per_request for r in runs if r.mean_tokens_per_request), None),
+    )
     correlation = correlate(windows, params)
     found = episodes(windows, params, correlation.metric, _sampling_interval(stats, metrics))
     over = [w for w in windows if w.over_capacity]
@@ -174,6 +186,9 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
     disjoint = _disjoint_evidence(spans, judged=params.now is None and len(spans) > 1)
     if disjoint is not None:
         verdict = dataclasses.replace(verdict, evidence=[*verdict.evidence, disjoint])
+    if runs:
+        extra = [run_evidence(i, r, correlation.metric, params) for i, r in enumerate(runs)]
+        verdict = dataclasses.replace(verdict, evidence=[*verdict.evidence, *extra])
     events = find_events(
         config=_frames(inputs.logs, "config"),
         warnings=warnings,
@@ -195,6 +210,8 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         correlation=correlation,
         sources=_source_paths(inputs),
         events=events,
+        client_runs=runs,
+        group=inputs.group,
     )
 
 
@@ -235,6 +252,106 @@ def _sampling_interval(stats: pl.DataFrame, metrics: pl.DataFrame | None) -> flo
     values = values.filter(values > 0)
     median = values.median() if values.len() else None
     return float(median) / 1e6 if isinstance(median, int | float) else 0.0
+
+
+def _run_times(runs: Sequence[tuple[str, BenchRun]]) -> pl.DataFrame:
+    """Start and end of the client runs that say when they ran, as one `start` column."""
+    times = [t for _, run in runs for t in (run.start, run.end) if t is not None]
+    return pl.DataFrame({"start": times}, schema={"start": pl.Datetime("us", "UTC")})
+
+
+def client_run(path: str, run: BenchRun) -> ClientRun:
+    """A client run's whole-run figures in the report's units and names."""
+    latency: dict[str, LatencyStats] = {}
+    for name, figures in run.stats.items():
+        if name not in ("e2e", "ttft", "tpot", "itl"):
+            continue
+        ratio = (
+            figures.p99 / figures.mean
+            if figures.p99 is not None and figures.mean not in (None, 0)
+            else None
+        )
+        latency[name] = LatencyStats(
+            metric=name,  # type: ignore[arg-type]
+            source="run",
+            count=figures.count,
+            mean=figures.mean,
+            p50=figures.p50,
+            p90=figures.p90,
+            p99=figures.p99,
+            p99_over_mean=ratio,
+        )
+    tokens = None
+    if run.input_tokens is not None and run.output_tokens is not None and run.requests:
+        tokens = (run.input_tokens + run.output_tokens) / run.requests
+    return ClientRun(
+        source=path,
+        label=run.label,
+        start=run.start,
+        end=run.end,
+        duration_s=run.duration_s,
+        requests=run.requests,
+        failed=run.failed,
+        request_throughput=run.request_throughput,
+        goodput=run.goodput,
+        mean_tokens_per_request=tokens,
+        request_rate=run.request_rate
+        if run.request_rate is not None and math.isfinite(run.request_rate)
+        else None,
+        max_concurrency=run.max_concurrency,
+        latency=latency,
+    )
+
+
+def run_evidence(
+    index: int, run: ClientRun, metric: str | None, params: AnalysisParams
+) -> Evidence:
+    """One sentence per client run, from its own whole-run figures."""
+    chosen = metric if metric in run.latency else None
+    chosen = chosen or next((m for m in params.latency_preference if m in run.latency), None)
+    path = f"client_runs.{index}"
+    quotes: dict[str, float | int | str | None] = {f"{path}.label": run.label}
+    parts = []
+    if run.requests is not None:
+        quotes[f"{path}.requests"] = run.requests
+        parts.append(f"{run.requests} requests")
+    if run.duration_s is not None:
+        quotes[f"{path}.duration_s"] = run.duration_s
+        parts.append(f"in {run.duration_s:.1f} s")
+    if run.request_throughput is not None:
+        quotes[f"{path}.request_throughput"] = run.request_throughput
+        parts.append(f"({run.request_throughput:.2f} req/s)")
+    if run.goodput is not None:
+        quotes[f"{path}.goodput"] = run.goodput
+        parts.append(f"goodput {run.goodput:.2f} req/s")
+    when = (
+        f" from {run.start:%Y-%m-%d %H:%M:%S} UTC"
+        if run.start is not None
+        else " (the file does not say when it ran: not placed in time)"
+    )
+    figures = ""
+    value = None
+    if chosen is not None:
+        stats = run.latency[chosen]
+        lat = f"{path}.latency.{chosen}"
+        shown = []
+        if stats.p99 is not None:
+            quotes[f"{lat}.p99"] = stats.p99
+            shown.append(f"p99 {stats.p99:.3f} s")
+        if stats.mean is not None:
+            quotes[f"{lat}.mean"] = stats.mean
+            shown.append(f"mean {stats.mean:.3f} s")
+        if stats.p99_over_mean is not None:
+            quotes[f"{lat}.p99_over_mean"] = stats.p99_over_mean
+            shown.append(f"p99/mean {stats.p99_over_mean:.2f}")
+            value = stats.p99_over_mean
+        figures = f"; whole-run {chosen} " + ", ".join(shown) if shown else ""
+    return Evidence(
+        "client_run",
+        f"client run {run.label}{when}: " + " ".join(parts) + figures,
+        value,
+        quotes,
+    )
 
 
 Span = tuple[str, datetime, datetime]

@@ -279,7 +279,9 @@ def _tail_figures(p99_over_mean: float | None, p99: float | None) -> str | None:
     return ", ".join(shown) if shown else None
 
 
-def _correlation_line(c: Correlation, *, has_windows: bool = True) -> Text | None:
+def _correlation_line(
+    c: Correlation, *, has_windows: bool = True, has_runs: bool = False
+) -> Text | None:
     """Tail latency with vs without preemption, and the rank correlation, in plain words.
 
     Every case reads as a sentence: both groups, only one of them, or no latency at all.
@@ -288,6 +290,11 @@ def _correlation_line(c: Correlation, *, has_windows: bool = True) -> Text | Non
     if c.metric is None:
         if not has_windows:
             return None
+        if has_runs:
+            return Text(
+                "Correlation: the client results hold whole-run figures only (no per-request "
+                "rows), so preemption cannot be set against the tail window by window"
+            )
         return Text(
             "Correlation: no latency in these inputs (client results, request log lines or "
             "/metrics histograms), so preemption cannot be set against the tail"
@@ -364,7 +371,9 @@ def deployment_panel(d: DeploymentReport) -> Panel:
     for e in d.verdict.evidence:
         parts.append(Text(f"• {e.message}"))
     parts.append(_preemption_line(d.preemptions))
-    correlation = _correlation_line(d.correlation, has_windows=bool(d.windows))
+    correlation = _correlation_line(
+        d.correlation, has_windows=bool(d.windows), has_runs=bool(d.client_runs)
+    )
     if correlation is not None:
         parts.append(correlation)
     line = timeline(d.windows, d.correlation.metric)

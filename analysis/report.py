@@ -32,7 +32,7 @@ class LatencyStats:
     """Tail and mean of one latency metric over one window, in seconds."""
 
     metric: LatencyMetric
-    source: Literal["histogram", "samples"]
+    source: Literal["histogram", "samples", "run"]  # run: the client's whole-run figures
     count: int
     mean: float | None
     p50: float | None
@@ -219,6 +219,29 @@ class Event:
 
 
 @dataclass(frozen=True)
+class ClientRun:
+    """A client benchmark run's whole-run figures (a run-level source, not per window).
+
+    `start`/`end` place it on the time axis when the file says when it ran (else null).
+    `latency` holds the tool's own mean/median/p90/p99 per metric (e2e, ttft, tpot, itl).
+    """
+
+    source: str
+    label: str
+    start: datetime | None
+    end: datetime | None
+    duration_s: float | None
+    requests: int | None
+    failed: int | None
+    request_throughput: float | None  # completed requests / s
+    goodput: float | None  # requests / s within the run's SLOs
+    mean_tokens_per_request: float | None  # (input + output tokens) / completed requests
+    request_rate: float | None  # offered by the client; null for "as fast as possible"
+    max_concurrency: int | None
+    latency: dict[str, LatencyStats] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class DeploymentReport:
     name: str
     verdict: Verdict
@@ -230,6 +253,9 @@ class DeploymentReport:
     correlation: Correlation
     sources: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)  # restarts and config changes, by time
+    client_runs: list[ClientRun] = field(default_factory=list)
+    # Set when this deployment is one server of a group the user named (PATH=NAME).
+    group: str | None = None
 
 
 @dataclass(frozen=True)

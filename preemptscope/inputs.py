@@ -134,17 +134,16 @@ def load_inputs(
                 )
             )
         else:
+            # A summary-only result (no per-request rows) is a run-level source, not an error.
             result = bench.read_bench(path, deployment=name, start=opts.bench_start)
-            if result.latencies.is_empty():
-                # Whole-run figures cannot be placed in windows: say so instead of ignoring.
-                bench.read_latencies(path, deployment=name, start=opts.bench_start)
             latency_frames.setdefault(name, []).append(result.latencies)
+            target.runs.extend((path, run) for run in result.runs)
             target.sources.append(
                 SourceSummary(
                     path=path,
                     kind="bench",
                     deployment=name,
-                    records={"requests": result.latencies.height},
+                    records={"requests": result.latencies.height, "runs": len(result.runs)},
                     notes=list(result.notes),
                 )
             )

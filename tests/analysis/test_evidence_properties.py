@@ -27,7 +27,7 @@ def shown(value: float | int, message: str) -> bool:
     """The number appears in the sentence as the sentence formats it (int, or any rounding)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return re.search(rf"(?<![\d.]){value}(?![\d])", message.replace(",", "")) is not None
-    candidates = {f"{value:.0f}", f"{value:.1f}", f"{value:.2f}", f"{value:+.2f}", f"{value:.2g}"}
+    candidates = {f"{value:.{n}f}" for n in range(4)} | {f"{value:+.2f}", f"{value:.2g}"}
     candidates |= {f"{value * 1000:.0f} ms", f"{value:.1f} s"}
     return any(c in message for c in candidates)
 
