@@ -25,6 +25,7 @@ from preemptscope.analysis.report import (
     ClientRun,
     DeploymentReport,
     Evidence,
+    GroupSummary,
     LatencyStats,
     Preemptions,
     PreemptionSource,
@@ -81,11 +82,62 @@ class DeploymentInputs:
 def analyze(inputs: Sequence[DeploymentInputs], params: AnalysisParams | None = None) -> Report:
     """Analyze every deployment; the report's sources are those of all inputs, in order."""
     p = params if params is not None else AnalysisParams()
+    deployments = [analyze_deployment(item, p) for item in inputs]
     return Report(
-        deployments=[analyze_deployment(item, p) for item in inputs],
+        deployments=deployments,
         sources=[source for item in inputs for source in item.sources],
         parameters=p.to_dict(),
+        groups=summarise_groups(deployments),
     )
+
+
+# Worst first: the group's state is its worst member's.
+_SEVERITY: dict[str, int] = {"over_capacity": 3, "at_risk": 2, "ok": 1, "insufficient_data": 0}
+
+
+def summarise_groups(deployments: Sequence[DeploymentReport]) -> list[GroupSummary]:
+    """One summary per group of servers, from the members' own reports (nothing re-added)."""
+    by_group: dict[str, list[DeploymentReport]] = {}
+    for d in deployments:
+        if d.group is not None:
+            by_group.setdefault(d.group, []).append(d)
+    out = []
+    for name, members in by_group.items():
+        states = {d.name: d.verdict.state for d in members}
+        worst = max(members, key=lambda d: _SEVERITY[d.verdict.state]).verdict.state
+        counts = [d.preemptions.total for d in members if d.preemptions.total is not None]
+        servers = [d for d in members if d.windows]
+        total = sum(counts) if counts and len(counts) == len(servers) else None
+        over = sum(1 for d in members if d.verdict.state == "over_capacity")
+        peaks = {d.name: d.capacity.peak_running for d in members}
+        each = ", ".join(f"{d.name} {d.verdict.state}" for d in members)
+        running = ", ".join(
+            f"{d.name} {d.capacity.peak_running}"
+            for d in members
+            if d.capacity.peak_running is not None
+        )
+        message = (
+            f"group {name}: {len(members)} members ({each}); {over} over capacity; "
+            + (f"preemptions {total} (the members' counts added)" if total is not None else
+               "no group preemption total (not every member has a count)")
+            + (f"; peak running per server: {running} (not added: separate engines)"
+               if running else "")
+        )  # fmt: skip
+        out.append(
+            GroupSummary(
+                name=name,
+                members=[d.name for d in members],
+                states=states,
+                state=worst,
+                servers_over_capacity=over,
+                preemptions_total=total,
+                preemptions_exact=total is not None and all(d.preemptions.exact for d in servers),
+                peak_running=peaks,
+                num_gpu_blocks={d.name: d.capacity.num_gpu_blocks for d in members},
+                message=message,
+            )
+        )
+    return out
 
 
 def _frames(logs: Iterable[LogFrames], kind: str) -> pl.DataFrame:

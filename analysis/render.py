@@ -424,3 +424,7 @@ def render_report(report: Report, console: Console) -> None:
                 console.print(Text(f"note ({source.path}): {note}", style="yellow"))
     for deployment in report.deployments:
         console.print(deployment_panel(deployment))
+    for group in report.groups:
+        style = STATE_STYLE[group.state]
+        console.print(Text.assemble(("Group ", "bold"), (group.state.upper(), style), "  "),
+                      Text(group.message))  # fmt: skip

@@ -259,12 +259,33 @@ class DeploymentReport:
 
 
 @dataclass(frozen=True)
+class GroupSummary:
+    """Servers the user named as one (PATH=NAME): each analysed alone, then summarised.
+
+    Running counts, KV and windows are never added across servers (different engines);
+    only preemption counts add up, and only when every member has one.
+    """
+
+    name: str
+    members: list[str]
+    states: dict[str, VerdictState]
+    state: VerdictState  # the worst member's
+    servers_over_capacity: int
+    preemptions_total: int | None  # sum over members; null unless every member has a count
+    preemptions_exact: bool
+    peak_running: dict[str, int | None]  # per member, side by side
+    num_gpu_blocks: dict[str, int | None]
+    message: str
+
+
+@dataclass(frozen=True)
 class Report:
     deployments: list[DeploymentReport]
     sources: list[SourceSummary]
     parameters: dict[str, Any] = field(default_factory=dict)
     generated_at: datetime | None = None
     schema_version: int = SCHEMA_VERSION
+    groups: list[GroupSummary] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = _jsonable(self)

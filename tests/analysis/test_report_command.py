@@ -223,8 +223,16 @@ def test_names_group_sources(tmp_path: Path) -> None:
     log, snapshots, bench = _write_deployment(tmp_path)
     other = tmp_path / "other.log"
     other.write_text(log.read_text())
-    grouped = load_inputs([f"{log}=a", f"{other}=a"], [f"{snapshots}=a"])
+    # One server's rotated log and its /metrics under one name: one deployment.
+    rotated = tmp_path / "prod.log.1"
+    rotated.write_text(log.read_text())
+    grouped = load_inputs([f"{log}=a", f"{rotated}=a"], [f"{snapshots}=a"])
     assert [d.name for d in grouped] == ["a"] and len(grouped[0].logs) == 2
+    # Two logs running at the same time under one name are replicas: one deployment each, in
+    # group "a"; the /metrics cannot be told to one of them, so they stay the group's own.
+    replicas = load_inputs([f"{log}=a", f"{other}=a"], [f"{snapshots}=a"])
+    assert [d.name for d in replicas] == ["a/prod", "a/other", "a"]
+    assert {d.group for d in replicas} == {"a"} and replicas[2].metrics is not None
     apart = load_inputs([str(log), str(other)], [f"{snapshots}=other"], [f"{bench}=prod"])
     assert sorted(d.name for d in apart) == ["other", "prod"]
     assert apart[0].latencies is not None or apart[1].latencies is not None
