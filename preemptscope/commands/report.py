@@ -85,6 +85,12 @@ def register(subparsers: Any) -> None:
         help="vllm bench serve --save-detailed JSON, GuideLLM benchmarks.json, CSV/JSONL rows",
     )
     parser.add_argument("--window", default="60s", help="window length (default 60s)")
+    parser.add_argument(
+        "--min-episode",
+        default=f"{AnalysisParams.min_episode_s:g}s",
+        help="shortest overload that makes a deployment over capacity, measured from its own "
+        f"records, not window edges (default {AnalysisParams.min_episode_s:g}s)",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument("--html", metavar="FILE", help="also write the HTML report")
     parser.add_argument(
@@ -200,6 +206,7 @@ def whatif_sweeps(
 def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Report]:
     params = AnalysisParams(
         window_s=parse_duration(args.window),
+        min_episode_s=parse_duration(args.min_episode),
         now=parse_time(args.now) if args.now else None,
     )
     options = LoadOptions(
