@@ -191,3 +191,92 @@ def test_every_query_parses_in_prometheus(prometheus: httpx.Client) -> None:
     for expr in exprs:
         code, body = status(prometheus, substitute(expr))
         assert code == 200, f"{expr}\n-> {body}"
+
+
+def panel_expr(title: str, ref: str = "A") -> str:
+    panel = next(p for p in panels() if p["title"] == title)
+    return substitute(next(t["expr"] for t in panel["targets"] if t["refId"] == ref))
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
+def test_the_verdict_and_itl_queries_compute_what_the_panels_say(tmp_path: Path) -> None:
+    """Evaluated by promtool on series labelled like two scraped replicas."""
+    target = 'job="preemptscope",namespace="llm",instance="10.0.0.{n}:9400",pod="chat-{n}"'
+    series = []
+    for n, state in ((1, "over_capacity"), (2, "ok"), (3, "insufficient_data"), (4, "at_risk")):
+        for candidate in VERDICT_STATES:
+            labels = target.format(n=n) + f',deployment="llm/chat-{n}",'
+            value = "1" if candidate == state else "0"
+            series.append(
+                {
+                    "series": f'preemptscope_verdict{{{labels}preemptscope_verdict="{candidate}"}}',
+                    "values": f"{value}x5",
+                }
+            )
+    vllm = 'job="vllm",namespace="llm",pod="vllm-{n}",instance="10.0.0.{n}:8000",model_name="m"'
+    # vllm-1 exports both ITL names (V1 up to v0.11): read once, under the new name (1 s mean);
+    # vllm-2 only the old one (0.5 s mean).
+    for n, names in (
+        (1, ("inter_token_latency", "time_per_output_token")),
+        (2, ("time_per_output_token",)),
+    ):
+        for name in names:
+            mean = 1.0 if n == 1 and name == "inter_token_latency" else 0.5
+            for suffix, step in (("sum", 60 * mean), ("count", 60)):
+                series.append(
+                    {
+                        "series": f"vllm:{name}_seconds_{suffix}{{{vllm.format(n=n)}}}",
+                        "values": f"0+{step}x5",
+                    }
+                )
+    tests = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": panel_expr("Verdict"),
+                        "eval_time": "4m",
+                        "exp_samples": [
+                            {
+                                "labels": (
+                                    f'{{namespace="llm",pod="chat-{n}",'
+                                    f'instance="10.0.0.{n}:9400",deployment="llm/chat-{n}"}}'
+                                ),
+                                "value": code,
+                            }
+                            for n, code in ((1, 2), (2, 0), (3, -1), (4, 1))
+                        ],
+                    },
+                    {
+                        "expr": panel_expr("vLLM inter-token latency: p99 vs mean", "B"),
+                        "eval_time": "4m",
+                        "exp_samples": [
+                            {
+                                "labels": (
+                                    f'{{namespace="llm",pod="vllm-{n}",'
+                                    f'instance="10.0.0.{n}:8000",model_name="m"}}'
+                                ),
+                                "value": mean,
+                            }
+                            for n, mean in ((1, 1.0), (2, 0.5))
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "rules.yml").write_text("groups: []\n")
+    (tmp_path / "test.yml").write_text(json.dumps(tests))
+    run = subprocess.run(
+        ["promtool", "test", "rules", "test.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
