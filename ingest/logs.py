@@ -56,6 +56,9 @@ __all__ = [
 ]
 
 
+YEAR_RANGE = (1970, 2100)  # years --year and --start accept
+
+
 @dataclass(frozen=True)
 class ParseOptions:
     """How to read timestamps that have no year and no zone."""
@@ -71,6 +74,14 @@ class ParseOptions:
     year_from_content: bool = False
 
     def __post_init__(self) -> None:
+        # Outside this, --year 0 overflows and --year 20260 silently nulls every timestamp.
+        low, high = YEAR_RANGE
+        if self.year is not None and not low <= self.year <= high:
+            raise ConfigError(f"--year {self.year}: expected a year from {low} to {high}")
+        if self.start is not None and not low <= self.start.year <= high:
+            raise ConfigError(
+                f"--start {self.start.isoformat()}: expected a year from {low} to {high}"
+            )
         try:
             ZoneInfo(self.tz)
         except (ZoneInfoNotFoundError, ValueError) as exc:
