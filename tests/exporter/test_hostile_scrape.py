@@ -90,9 +90,7 @@ def test_service_counts_each_hostile_failure_and_stops(tmp_path: Path) -> None:
             text = client.get("/metrics").text
             for name in ("bomb", "redirect", "trickle"):
                 assert metric_value(text, "preemptscope_scrape_up", deployment=name) == 0.0
-                failures = metric_value(
-                    text, "preemptscope_scrape_failures_total", deployment=name
-                )
+                failures = metric_value(text, "preemptscope_scrape_failures_total", deployment=name)
                 assert failures is not None and failures >= 1
             assert metric_value(text, "preemptscope_scrape_up", deployment="good") == 1.0
             assert "/internal" not in friend.hits  # the redirect led nowhere
