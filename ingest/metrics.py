@@ -48,6 +48,7 @@ __all__ = [
     "parse_metrics_text",
     "read_metrics_path",
     "scrape_once",
+    "snapshot_notes",
     "timestamp_from_name",
 ]
 
@@ -98,10 +99,11 @@ def _classify(
     """(base name, type, sample kind) of one sample; `bases` from `_owner_types`."""
     kind = _TYPES.get(family_type, "unknown")
     if name.endswith("_created"):
-        # prometheus-client writes `_created` as its own gauge family: tie it to its owner.
+        # prometheus-client writes `_created` as its own gauge family: tie it to its owner,
+        # also when the owner's own samples are not in this text (a window of a paste, a
+        # filtered scrape); only counters, histograms and summaries have one.
         owner = name.removesuffix("_created")
-        if owner in bases:
-            return owner, bases[owner], "created"
+        return owner, bases.get(owner, "unknown"), "created"
     if kind in ("histogram", "summary"):
         split = _strip_suffix(name, _HISTOGRAM_SUFFIXES)
         if split is not None:
@@ -347,6 +349,21 @@ def parse_metrics_text(
         deployment=pl.lit(deployment, dtype=pl.String),
         value=pl.Series(kept, dtype=pl.Float64),
     ).select(METRIC_SAMPLES.names())
+
+
+def snapshot_notes(frame: pl.DataFrame) -> list[str]:
+    """What a reader must know about /metrics samples before trusting them (for the report)."""
+    vllm = frame.filter(
+        pl.col("raw_name").str.starts_with("vllm:") | pl.col("raw_name").str.starts_with("ray_vllm")
+    )
+    if vllm.height:
+        return []
+    if frame.height == 0:
+        return [
+            "no vLLM samples: the text has no samples at all (HELP/TYPE lines only; "
+            "vLLM's metrics were not enabled, or the scrape was cut)"
+        ]
+    return [f"no vLLM samples: {frame.height} other sample(s) only (is this vLLM's /metrics?)"]
 
 
 # ISO 8601 extended (colons may be written as dashes in file names), ISO basic, or epoch.
