@@ -186,12 +186,12 @@ def _change(new: float | None, old: float | None) -> float | None:
 def effect(now: WhatIfOutcome, new: WhatIfOutcome) -> str:
     """ "preemptions 51 -> 0, tok/s -21 %, e2e p99 +53 %" """
     parts = [f"preemptions {now.preemptions:,} -> {new.preemptions:,}"]
-    tput = _change(new.output_throughput, now.output_throughput)
-    if tput is not None:
-        parts.append(f"tok/s {tput:+.0%}".replace("%", " %"))
-    p99 = _change(new.e2e_p99, now.e2e_p99)
-    if p99 is not None:
-        parts.append(f"e2e p99 {p99:+.0%}".replace("%", " %"))
+    for label, change in (
+        ("tok/s", _change(new.output_throughput, now.output_throughput)),
+        ("e2e p99", _change(new.e2e_p99, now.e2e_p99)),
+    ):
+        if change is not None:
+            parts.append(f"{label} {round(change * 100) + 0:+d} %")  # + 0: no "-0 %"
     return ", ".join(parts)
 
 
