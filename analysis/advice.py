@@ -139,7 +139,7 @@ def _candidates(action: str, advice: Advice, replay: Replay, capacity: Capacity)
     suggested = _number(advice.suggested)
     if action == "raise_gpu_memory_utilization":
         current = config.gpu_memory_utilization
-        values = {round(min(MAX_SUGGESTED_UTILIZATION, current + d), 2) for d in (0.03, 0.05, 0.1)}
+        values = {round(min(MAX_SUGGESTED_UTILIZATION, current + d), 2) for d in (0.03, 0.1)}
         if suggested is not None:
             values.add(round(suggested, 2))
         return sorted(v for v in values if v > current)
@@ -147,7 +147,7 @@ def _candidates(action: str, advice: Advice, replay: Replay, capacity: Capacity)
         current = config.max_num_seqs
         peak = capacity.peak_running or current
         if action == "lower_max_num_seqs":
-            pool = {round(min(current, peak) * f) for f in (0.5, 0.75, 0.9)}
+            pool = {round(min(current, peak) * f) for f in (0.5, 0.8)}
             keep = [
                 v for v in pool | ({int(suggested)} if suggested else set()) if 1 <= v < current
             ]
@@ -158,7 +158,7 @@ def _candidates(action: str, advice: Advice, replay: Replay, capacity: Capacity)
     if action == "lower_max_num_batched_tokens":
         current = config.max_num_batched_tokens
         floor = max(MIN_BATCHED_TOKENS, config.max_num_seqs)
-        values = {max(floor, current // 2), max(floor, current // 4)}
+        values = {max(floor, current // 2)}
         if not config.enable_chunked_prefill:
             values = {v for v in values if v >= config.max_model_len}
         return sorted(v for v in values if v < current)

@@ -46,6 +46,7 @@ CHANGEABLE: dict[str, type] = {
     "max_model_len": int,
     "num_gpu_blocks_override": int,
     "scheduling_policy": str,
+    "watermark": float,
 }
 
 
