@@ -36,6 +36,7 @@ class Totals(_Strict):
     lines: int
     unrecognized_lines: int
     preemptions: dict[str, int]
+    sources_known: bool  # every key of `preemptions` is a preemption source that exists
     rotations: dict[str, int]
     gaps: int
     last_event: dict[str, float]
