@@ -13,6 +13,7 @@ from typing import Any, Literal
 from preemptscope.analysis.report import (
     Advice,
     Capacity,
+    ClientRun,
     Correlation,
     Episode,
     Event,
@@ -35,7 +36,9 @@ class Totals(_Strict):
 
     lines: int
     unrecognized_lines: int
+    # Only sources that exist for the deployment have a key (no count is no key, never 0).
     preemptions: dict[str, int]
+    sources_known: bool
     rotations: dict[str, int]
     gaps: int
     last_event: dict[str, float]
@@ -86,6 +89,8 @@ class DeploymentDetail(_Strict):
     episodes: list[Episode]
     correlation: Correlation
     events: list[Event]
+    client_runs: list[ClientRun]
+    group: str | None
     sources: list[SourceSummary]
     live: LiveStatus
     generated_at: datetime | None
