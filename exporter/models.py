@@ -27,6 +27,7 @@ class Totals(_Strict):
 
     lines: int
     unrecognized_lines: int
+    # Only sources that exist for the deployment have a key (no count is no key, never 0).
     preemptions: dict[str, int]
     sources_known: bool  # every key of `preemptions` is a preemption source that exists
     rotations: dict[str, int]
