@@ -154,7 +154,7 @@ def test_the_validators_reject_what_a_cluster_would() -> None:
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(deployment)
     del container["readOnlyRootFilesytem"]
-    container["ports"][0]["containerPort"] = "9400"
+    container["ports"][0]["containerPort"] = "18700"
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(deployment)
     monitor = yaml.safe_load((KUBE / "sidecar" / "podmonitor.yaml").read_text())
@@ -162,7 +162,7 @@ def test_the_validators_reject_what_a_cluster_would() -> None:
     monitor["spec"]["podMetricsEndpoints"][0]["scrapeInterval"] = "30s"
     with pytest.raises(AssertionError, match="scrapeInterval"):
         validate(monitor)
-    monitor["spec"]["podMetricsEndpoints"][0] = {"port": 9400}
+    monitor["spec"]["podMetricsEndpoints"][0] = {"port": 18700}
     with pytest.raises(jsonschema.ValidationError):
         validate(monitor)
 
@@ -272,7 +272,7 @@ def test_the_central_arguments_are_valid_serve_settings(tmp_path: Path) -> None:
     )
     config = serve_settings(expand(container["args"], config_map["data"]), tmp_path)
     assert getattr(config, "prometheus", None)
-    assert config.host == "0.0.0.0" and config.port == 9400
+    assert config.host == "0.0.0.0" and config.port == 18700
 
 
 @needs_kubectl
