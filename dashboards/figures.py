@@ -657,11 +657,12 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
     rho = corr.spearman_rho
     label = METRIC_LABELS.get(metric or "", "latency")
     title = f"Preemption rate vs {label} p99/mean"
+    notes = []
+    # ρ heads the notes, not the title line: with its scope the line outgrew a half-width chart.
     if rho is not None:
-        title += f" (Spearman ρ = {rho:.2f}{plot_text(rho_scope)})"
+        notes.append(f"Spearman ρ = {rho:.2f}{rho_scope}")
     else:
         title += " (ρ: not enough data)"
-    notes = []
     if corr.p99_over_mean_with is not None and corr.p99_over_mean_without is not None:
         notes.append(
             f"p99/mean {corr.p99_over_mean_with:.2f} in {corr.windows_with_preemption} windows "

@@ -162,11 +162,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     err = Console(stderr=True)
     scenarios = demo_scenarios(seed=args.seed, duration=duration)
+    if args.serve:  # a bad --port or PREEMPTSCOPE_* fails now, not after the whole demo
+        check_serve([s.name for s in scenarios], out=out, port=args.port)
     era = args.era or (SERVE_ERA if args.serve else "v1")
     if args.serve and args.era is None:
         err.print(SERVE_ERA_NOTE, soft_wrap=True, markup=False, highlight=False)
-    if args.serve:  # a bad --port or PREEMPTSCOPE_* fails now, not after the whole demo
-        check_serve([s.name for s in scenarios], out=out, port=args.port)
     artefacts = []
     for scenario in scenarios:
         result = simulate(scenario.workload, scenario.config)

@@ -27,6 +27,8 @@ from tests.dashboards.overlap import broken_words, text_overlaps
 pytestmark = pytest.mark.integration
 WIDTHS = (1024, 1400, 1920)
 WORDS = "table, .verdict-card, ul.deployments"
+# The service's own line, or uvicorn's (which an --access-log/--log-level choice may hide).
+LISTENING = re.compile(r"(?:serving on|Uvicorn running on) (http://127\.0\.0\.1:\d+)")
 PREEMPTSCOPE = str(Path(sys.executable).parent / "preemptscope")
 
 
@@ -103,7 +105,7 @@ def demo_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         while base is None and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.5)
             log.seek(0)
-            match = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", log.read())
+            match = LISTENING.search(log.read())
             base = match.group(1) if match else None
         log.seek(0)
         assert base is not None, log.read()
