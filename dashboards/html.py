@@ -87,22 +87,29 @@ def _sources_table(sources: list[SourceSummary]) -> str:
             share = f" ({src.unrecognized_lines / src.lines:.2%})"
         rows.append(
             "<tr>"
-            f"<td><code>{esc(src.path)}</code></td><td>{esc(src.kind)}</td>"
-            f"<td>{esc(src.deployment)}</td><td class='num'>{_fmt(src.lines)}</td>"
+            f"<td><code>{_breakable_path(src.path)}</code></td>"
+            f"<td class='word'>{esc(src.kind)}</td><td class='word'>{esc(src.deployment)}</td>"
+            f"<td class='num'>{_fmt(src.lines)}</td>"
             f"<td class='num'>{_fmt(src.unrecognized_lines)}{share}</td>"
-            f"<td>{esc(src.log_era or '')}</td><td>{esc(src.vllm_version or '')}</td>"
-            f"<td>{esc(src.timezone or '')}</td><td>{records}"
+            f"<td class='word'>{esc(src.log_era or '')}</td>"
+            f"<td class='word'>{esc(src.vllm_version or '')}</td>"
+            f"<td class='word'>{esc(src.timezone or '')}</td><td>{records}"
             + "".join(f'<div class="note">{esc(note)}</div>' for note in src.notes)
             + "</td>"
             "</tr>"
         )
     return (
-        '<table class="sources"><thead><tr><th>Source</th><th>Kind</th><th>Deployment</th>'
-        "<th class='num'>Lines read</th><th class='num'>Unrecognised</th><th>Log era</th>"
-        "<th>vLLM</th><th>Time zone</th><th>Records</th></tr></thead><tbody>"
+        '<div class="scroll"><table class="sources"><thead><tr><th>Source</th><th>Kind</th>'
+        "<th>Deployment</th><th class='num'>Lines read</th><th class='num'>Unrecognised</th>"
+        "<th>Log era</th><th>vLLM</th><th>Time zone</th><th>Records</th></tr></thead><tbody>"
         + "".join(rows)
-        + "</tbody></table>"
+        + "</tbody></table></div>"
     )
+
+
+def _breakable_path(path: str) -> str:
+    """An escaped path that may wrap after each "/", and nowhere inside a name."""
+    return "/<wbr>".join(f'<span class="word">{esc(part)}</span>' for part in path.split("/"))
 
 
 def _parameters_table(parameters: dict[str, Any]) -> str:
