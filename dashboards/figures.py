@@ -645,8 +645,11 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
     rho = corr.spearman_rho
     label = METRIC_LABELS.get(metric or "", "latency")
     title = f"Preemption rate vs {label} p99/mean"
-    if rho is not None:
-        title += f" (Spearman ρ = {rho:.2f}{plot_text(rho_scope)})"
+    if corr.conclusion == "too_few":
+        title += f" (ρ: too few windows to tell, {corr.pairs} pairs)"
+    elif rho is not None:
+        p = f", p = {corr.p_value:.2g}" if corr.p_value is not None else ""
+        title += f" (Spearman ρ = {rho:.2f}, n = {corr.pairs}{p}{plot_text(rho_scope)})"
     else:
         title += " (ρ: not enough data)"
     notes = []
