@@ -116,9 +116,12 @@ def summarise_groups(deployments: Sequence[DeploymentReport]) -> list[GroupSumma
             for d in members
             if d.capacity.peak_running is not None
         )
+        exact = total is not None and all(d.preemptions.exact for d in servers)
+        quality = "exact" if exact else "lower bound"
         message = (
             f"group {name}: {len(members)} members ({each}); {over} over capacity; "
-            + (f"preemptions {total} (the members' counts added)" if total is not None else
+            + (f"preemptions {total} ({quality}, the members' counts added)"
+               if total is not None else
                "no group preemption total (not every member has a count)")
             + (f"; peak running per server: {running} (not added: separate engines)"
                if running else "")
