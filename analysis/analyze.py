@@ -33,6 +33,7 @@ from preemptscope.analysis.report import (
     SourceSummary,
     Window,
 )
+from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.verdict import decide
 from preemptscope.analysis.windows import (
     V0Counter,
@@ -259,7 +260,16 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         verdict=verdict,
         preemptions=preemptions,
         capacity=capacity,
-        advice=advise(verdict, capacity, windows, params),
+        advice=advise(
+            verdict,
+            capacity,
+            windows,
+            params,
+            # Advice is checked by replaying the observed workload (analysis/sim/observed.py).
+            replay=lambda: build_replay(
+                capacity, **replay_inputs(inputs), preemptions=preemptions.total
+            ),
+        ),
         windows=windows,
         episodes=found,
         correlation=correlation,

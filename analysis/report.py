@@ -153,6 +153,11 @@ class Advice:
     current: str | None
     suggested: str | None
     reason: str
+    # The change replayed on the observed workload (analysis/advice.py): True when it was,
+    # False when nothing could be replayed (the number is unverified), None: not a setting.
+    verified: bool | None = None
+    # Predicted figures now and with the change: preemptions, output tok/s, e2e p99 (s).
+    predicted: dict[str, dict[str, float | int | None]] | None = None
 
 
 @dataclass(frozen=True)

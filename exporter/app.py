@@ -62,6 +62,12 @@ DOCS_CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form
 Readiness = bool | tuple[bool, dict[str, Any]]
 
 
+class PrometheusText(PlainTextResponse):
+    """The classic 0.0.4 text format: every Prometheus 2.x and 3.x reads it."""
+
+    media_type = CONTENT_TYPE_PLAIN_0_0_4
+
+
 class ApiError(Exception):
     """Raised by handlers; rendered in the one error shape."""
 
@@ -338,20 +344,14 @@ def create_app(
         "/metrics",
         tags=["metrics"],
         dependencies=metrics_deps,
-        response_class=PlainTextResponse,
-        responses={
-            200: {
-                "content": {CONTENT_TYPE_PLAIN_0_0_4: {"schema": {"type": "string"}}},
-                "description": "Prometheus text exposition format 0.0.4",
-            }
-        },
+        response_class=PrometheusText,
+        responses={200: {"description": "Prometheus text exposition format 0.0.4"}},
     )
     async def metrics() -> Response:
         """preemptscope's own metrics in the Prometheus text format."""
         version = get_snapshot().version
         body = cached("/metrics", version, lambda: generate_latest(registry))
-        # The classic 0.0.4 text format: every Prometheus 2.x and 3.x reads it.
-        return Response(body, media_type=CONTENT_TYPE_PLAIN_0_0_4)
+        return PrometheusText(body)
 
     @app.get(
         "/api/deployments",

@@ -29,9 +29,13 @@ PREFIX_RE = regex.compile(
 )
 WRAPPER_RE = regex.compile(rf"^{cat.WRAPPER_TS}", _FLAGS)
 ELIDED_RE = regex.compile(cat.ELIDED_ENVELOPE, _FLAGS)
+SYSLOG_RE = regex.compile(cat.SYSLOG, _FLAGS)
+COMPOSE_RE = regex.compile(rf"^(?:{cat.WRAPPER_TS})?(?P<compose>{cat.COMPOSE})", _FLAGS)
+COMPOSE_ONLY_RE = regex.compile(cat.COMPOSE, _FLAGS)
 PLAIN_RES = [regex.compile(pattern, _FLAGS) for _name, pattern in cat.PLAIN_LINES]
 FRAME_RE = regex.compile(cat.TRACEBACK_FRAME, _FLAGS)
 RAY_REPEAT_RE = regex.compile(cat.RAY_REPEAT, _FLAGS)
+RAY_TOO_MANY = f"Ray repeat count above {cat.RAY_REPEAT_MAX}"
 SPLIT_RE = regex.compile(
     r"(?:\((?:[A-Za-z_][^()\n]*?(?:\([^()\n]*\)[^()\n]*?)?),? pid=\d+(?:, ip=[^)\n]*)?\) ?)?"
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )?" + cat.HEADER_CORE,
@@ -296,7 +300,9 @@ def _envelope(text: str) -> tuple[Env, str]:
             text[match.end() :],
         )
     match = PREFIX_RE.match(text)
-    if match is not None and not match.group("pre").strip():
+    if match is not None and (
+        not match.group("pre").strip() or COMPOSE_ONLY_RE.fullmatch(match.group("pre"))
+    ):
         proc = match.group("proc") or match.group("rank")
         return (
             Env(process=proc, pid=_int(match.group("pid")), wts=match.group("wts")),
@@ -304,6 +310,13 @@ def _envelope(text: str) -> tuple[Env, str]:
         )
     match = WRAPPER_RE.match(text)
     if match is not None:
+        return Env(wts=match.group("wts")), text[match.end() :]
+    match = SYSLOG_RE.match(text)
+    if match is not None:
+        return Env(process=match.group("proc"), pid=_int(match.group("pid"))), text[match.end() :]
+    match = COMPOSE_RE.match(text)
+    if match is not None:
+        # Output of a compose service with no prefix of its own (v0.31+ raw tracebacks).
         return Env(wts=match.group("wts")), text[match.end() :]
     return Env(), text
 
@@ -581,6 +594,12 @@ def _plain(message: str, previous: str | None) -> bool:
     message = message.rstrip("\r\n")
     if any(pattern.match(message) for pattern in PLAIN_RES):
         return True
+    # After a few symbols a paste put in front (a quote bar `▎ `), as records are (_bare_match).
+    lead = _BARE_LEADS[0].match(message)
+    if lead is not None and lead.group().strip():
+        rest = message[lead.end() :].lstrip(" ")
+        if any(pattern.match(rest) for pattern in PLAIN_RES):
+            return True
     # The code line of a traceback frame follows its `  File "…", line N` line.
     if previous is None or not message.startswith("  "):
         return False
@@ -593,10 +612,12 @@ def ray_repeat(text: str) -> tuple[str, int]:
     stands for (1 without the suffix)."""
     if cat.RAY_REPEAT_LITERAL not in text:
         return text, 1
-    match = RAY_REPEAT_RE.search(text)
+    # The suffix ends the line: only its last start can match (one pass, whatever the text).
+    start = text.rfind(" [repeated ")
+    match = RAY_REPEAT_RE.fullmatch(text, start) if start >= 0 else None
     if match is None:
         return text, 1
-    return text[: match.start()], max(1, int(match.group("repeat")))
+    return text[:start], max(1, int(match.group("repeat")))
 
 
 def _repeat_rows(out: Parsed, before: dict[str, int], times: int) -> None:
@@ -617,6 +638,10 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
         text, times = ray_repeat(clean(raw))
         if not text.strip():
             out.blank_lines += 1
+            continue
+        if times > cat.RAY_REPEAT_MAX:
+            # Rows are copies: a count no real cluster buffers in seconds would only cost memory.
+            out.unrecognized.append((line, raw.rstrip("\r\n"), RAY_TOO_MANY))
             continue
         before = {kind: len(rows) for kind, rows in out.rows.items()} if times > 1 else {}
         segments = _segments(text)

@@ -56,6 +56,9 @@ __all__ = [
 ]
 
 
+YEAR_RANGE = (1970, 2100)  # years --year and --start accept
+
+
 @dataclass(frozen=True)
 class ParseOptions:
     """How to read timestamps that have no year and no zone."""
@@ -65,8 +68,20 @@ class ParseOptions:
     tz: str = "UTC"  # zone of the log's naive timestamps (IANA name); frames hold UTC
     reference_time: datetime | None = None  # e.g. file mtime; used when nothing better tells
     name_time: datetime | None = None  # a date in the file name; before the mtime
+    # Take the year from a wrapper/JSON time anywhere in the first batch, not only on the first
+    # record. Files turn it on (their first batch is the first chunk, whatever the caller);
+    # `parse_lines` batches keep it off, so batches of lines date exactly as one go does.
+    year_from_content: bool = False
 
     def __post_init__(self) -> None:
+        # Outside this, --year 0 overflows and --year 20260 silently nulls every timestamp.
+        low, high = YEAR_RANGE
+        if self.year is not None and not low <= self.year <= high:
+            raise ConfigError(f"--year {self.year}: expected a year from {low} to {high}")
+        if self.start is not None and not low <= self.start.year <= high:
+            raise ConfigError(
+                f"--start {self.start.isoformat()}: expected a year from {low} to {high}"
+            )
         try:
             ZoneInfo(self.tz)
         except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -776,7 +791,7 @@ def _date_and_stamp(
     anchor_first(
         stamped_rows,
         state.years,
-        carried=_carried_time(kinds),
+        carried=_carried_time(kinds) if options.year_from_content else None,
         name_time=options.name_time,
         tz=options.tz,
         year=options.year,
@@ -910,18 +925,19 @@ def parse_lines(
 
 
 def _options_for(path: str, options: ParseOptions) -> ParseOptions:
-    if options.reference_time is not None or path == "-":
-        return options
-    try:
-        mtime = os.stat(path).st_mtime
-    except OSError:
-        return options
+    reference = options.reference_time
+    if reference is None and path != "-":
+        try:
+            reference = datetime.fromtimestamp(os.stat(path).st_mtime, tz=UTC)
+        except OSError:
+            reference = None
     return ParseOptions(
         year=options.year,
         start=options.start,
         tz=options.tz,
-        reference_time=datetime.fromtimestamp(mtime, tz=UTC),
-        name_time=options.name_time or time_from_name(path),
+        reference_time=reference,
+        name_time=options.name_time or (time_from_name(path) if path != "-" else None),
+        year_from_content=True,
     )
 
 

@@ -540,7 +540,7 @@ def _read_capped(
             raise ScrapeError(url, f"body larger than {cap} bytes (decompressed); not read")
         parts.append(data)
 
-    for raw in response.iter_raw(64 * 1024):
+    for raw in response.iter_raw():  # as received (a chunk size would wait to fill it)
         if time.monotonic() > deadline:
             raise ScrapeError(url, f"timed out after {timeout:g} s (body still arriving)")
         if decoder is None:

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 
+from preemptscope import sniff
 from preemptscope.analysis.analyze import DeploymentInputs
 from preemptscope.analysis.report import SourceSummary
-from preemptscope.errors import ConfigError
+from preemptscope.errors import ConfigError, InputError
 from preemptscope.ingest import bench, metrics
 from preemptscope.ingest.logs import ParseOptions, iter_log_paths, parse_path
 from preemptscope.ingest.schema import LogFrames
@@ -58,6 +59,8 @@ class LoadOptions:
     parse: ParseOptions = field(default_factory=ParseOptions)
     bench_start: datetime | None = None
     scrape_timeout_s: float = SCRAPE_TIMEOUT_S
+    # Told about each log input left out because it holds no vLLM line (sniff.describe says why).
+    on_skip: Callable[[SourceSummary], None] | None = None
 
 
 def _resolve_names(
@@ -98,6 +101,8 @@ def load_inputs(
     specs = []
     for spec in log_specs:
         path, name = split_spec(spec)
+        if (hint := sniff.metrics_only_dir(path)) is not None:
+            raise InputError(path, hint)
         specs.append(f"{path}={stem(path)}" if name is None and Path(path).is_dir() else spec)
     logs = list(iter_log_paths(specs)) if specs else []
     others = [("metrics", *split_spec(s)) for s in metrics_specs]
@@ -113,11 +118,23 @@ def load_inputs(
     def entry(name: str) -> DeploymentInputs:
         return by_name.setdefault(name, DeploymentInputs(name))
 
+    skipped: list[tuple[str, SourceSummary]] = []  # (why, its summary)
     for path, name in named_logs:
         frames = parse_path(path, deployment=name, options=opts.parse)
+        if not sniff.holds_vllm(frames.record_counts()):
+            skipped.append(_skipped(frames, name, path))
+            continue
         target = entry(name)
         target.logs.append(frames)
         target.sources.append(log_summary(frames, name))
+    if skipped and not by_name and not resolved:
+        more = len(skipped) - 1
+        also = f" ({more} more input{'s' if more > 1 else ''} without a vLLM line)" if more else ""
+        raise InputError(skipped[0][1].path, skipped[0][0] + also)
+    for why, source in skipped:
+        source.notes.append(f"{why}; left out of the analysis")
+        if opts.on_skip is not None:
+            opts.on_skip(source)
     for kind, path, name in resolved:
         target = entry(name)
         if kind == "metrics":
@@ -306,6 +323,12 @@ def _read_metrics(spec: str, name: str, opts: LoadOptions) -> pl.DataFrame:
     if spec.startswith(("http://", "https://")):
         return metrics.scrape_once(spec, timeout=opts.scrape_timeout_s, deployment=name)
     return metrics.read_metrics_path(spec, deployment=name)
+
+
+def _skipped(frames: LogFrames, name: str, path: str) -> tuple[str, SourceSummary]:
+    """A log input with no vLLM line: what it looks like, and its summary."""
+    why = sniff.describe_path(path, frames.accounting.lines, report=True)
+    return why, log_summary(frames, name)
 
 
 def log_summary(frames: LogFrames, name: str) -> SourceSummary:

@@ -36,7 +36,7 @@ from preemptscope.errors import ConfigError
 MIN_REQUESTS = 10
 # The replay is bounded so the live service can afford it: the latest requests only.
 MAX_REPLAY_REQUESTS = 3000
-MAX_REPLAY_STEPS = 2_000_000
+MAX_REPLAY_STEPS = 500_000
 
 
 @dataclass(frozen=True)
@@ -145,8 +145,10 @@ def replay_inputs(item: Any) -> dict[str, pl.DataFrame | None]:
 def candidate_config(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig:
     """`base` with vLLM flags changed; memory moves the block count, TP scales a fitted cost."""
     config = with_memory_change(base, changes)
-    if config.step_cost is not None and config.tensor_parallel_size != base.tensor_parallel_size:
-        ratio = base.tensor_parallel_size / config.tensor_parallel_size
+    gpus = config.tensor_parallel_size * config.pipeline_parallel_size
+    base_gpus = base.tensor_parallel_size * base.pipeline_parallel_size
+    if config.step_cost is not None and gpus != base_gpus:
+        ratio = base_gpus / gpus
         cost = config.step_cost
         config = dataclasses.replace(
             config,
@@ -155,7 +157,7 @@ def candidate_config(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig:
                 per_step_s=cost.per_step_s * ratio,
                 per_prefill_token_s=cost.per_prefill_token_s * ratio,
                 per_decode_token_s=cost.per_decode_token_s * ratio,
-                basis=cost.basis + f", scaled x{ratio:g} for tensor parallelism",
+                basis=cost.basis + f", scaled x{ratio:g} for the GPU count",
             ),
         )
     return config

@@ -21,7 +21,7 @@ from preemptscope import settings
 from preemptscope.analysis.analyze import AnalysisParams, DeploymentInputs, analyze
 from preemptscope.analysis.kvmodel import gpu_preset, model_preset
 from preemptscope.analysis.render import render_report
-from preemptscope.analysis.report import DeploymentReport, Report
+from preemptscope.analysis.report import DeploymentReport, Report, SourceSummary
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.sim.whatif import WhatIfOutcome
@@ -204,6 +204,13 @@ def whatif_sweeps(
 
 
 def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Report]:
+    skipped: list[SourceSummary] = []
+
+    def skip(source: SourceSummary) -> None:
+        skipped.append(source)
+        if args.json:  # the terminal report shows the note under its sources table
+            print(f"preemptscope: warning: {source.path}: {source.notes[-1]}", file=sys.stderr)
+
     params = AnalysisParams(
         window_s=parse_duration(args.window),
         min_episode_s=parse_duration(args.min_episode),
@@ -216,10 +223,13 @@ def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Repo
             tz=args.tz,
         ),
         bench_start=parse_time(args.bench_start) if args.bench_start else None,
+        on_skip=skip,
     )
     inputs = load_inputs(args.paths, args.metrics, args.bench, options=options)
     report = analyze(inputs, params)
-    return inputs, dataclasses.replace(report, generated_at=datetime.now(UTC))
+    # Inputs that held no vLLM line stay in the sources, each with a note saying why.
+    sources = [*report.sources, *skipped]
+    return inputs, dataclasses.replace(report, generated_at=datetime.now(UTC), sources=sources)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -78,7 +78,7 @@ ONE_SOURCE = re.compile(
         ("vanished target", "expr: absent(up{job=", "expr: (up{job="),
         ("vanished target", "unless on (deployment) preemptscope_over_capacity", ""),
         # Preemptscope's alert no longer stands back for vLLM's own counter of the same pod.
-        ("log and scrape", "unless on (namespace, pod)\n", "or on (namespace, pod)\n"),
+        ("log and scrape", "unless on (deployment)\n", "or on (deployment)\n"),
     ],
 )
 def test_each_fleet_property_is_tested(tmp_path: Path, case: str, old: str, new: str) -> None:
