@@ -13,6 +13,7 @@ from typing import Any, Literal
 from preemptscope.analysis.report import (
     Advice,
     Capacity,
+    ClientRun,
     Correlation,
     Episode,
     Event,
@@ -86,6 +87,8 @@ class DeploymentDetail(_Strict):
     episodes: list[Episode]
     correlation: Correlation
     events: list[Event]
+    client_runs: list[ClientRun] = []
+    group: str | None = None
     sources: list[SourceSummary]
     live: LiveStatus
     generated_at: datetime | None
