@@ -36,6 +36,7 @@ class Totals(_Strict):
 
     lines: int
     unrecognized_lines: int
+    # Only sources that exist for the deployment have a key (no count is no key, never 0).
     preemptions: dict[str, int]
     rotations: dict[str, int]
     gaps: int
@@ -87,8 +88,8 @@ class DeploymentDetail(_Strict):
     episodes: list[Episode]
     correlation: Correlation
     events: list[Event]
-    client_runs: list[ClientRun] = []
-    group: str | None = None
+    client_runs: list[ClientRun]
+    group: str | None
     sources: list[SourceSummary]
     live: LiveStatus
     generated_at: datetime | None
