@@ -411,9 +411,16 @@ def run_evidence(
             shown.append(f"p99/mean {stats.p99_over_mean:.2f}")
             value = stats.p99_over_mean
         figures = f"; whole-run {chosen} " + ", ".join(shown) if shown else ""
+    # vllm bench labels an unlabelled run by its request rate: say so rather than "run 4.0".
+    rate = run.request_rate
+    named = (
+        f"at {rate:g} req/s offered"
+        if rate is not None and run.label in (str(rate), f"{rate:g}")
+        else run.label
+    )
     return Evidence(
         "client_run",
-        f"client run {run.label}{when}: " + " ".join(parts) + figures,
+        f"client run {named}{when}: " + " ".join(parts) + figures,
         value,
         quotes,
     )
