@@ -9,7 +9,9 @@ everywhere: HTML via `html.escape`, JSON inside <script> with `<`, `>` and `&` a
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
@@ -289,10 +291,17 @@ def write_report_html(
     """Write the report atomically (a reader never sees half a file)."""
     target = Path(path)
     text = render_report_html(report, whatif=whatif)
-    tmp = target.with_name(f".{target.name}.tmp")
+    tmp: Path | None = None
     try:
-        tmp.write_text(text, encoding="utf-8")
+        # Created exclusively under an unpredictable name in the target's directory: a file
+        # or symlink planted at a predictable `.NAME.tmp` is never followed or overwritten.
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        tmp.chmod(0o644)  # mkstemp's 0600 would make a report only its writer can read
         tmp.replace(target)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise InputError(str(target), f"cannot write the HTML report: {exc.strerror}") from exc
