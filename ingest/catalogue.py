@@ -202,7 +202,9 @@ STATS_ROWS: tuple[LineFormat, ...] = (
 # (column, pattern with one group). Order matters for `extra`: everything not matched is kept.
 STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("engine", r"Engine (\d+): "),
-    ("engines_aggregated", r"(\d+) Engines Aggregated: "),
+    # `\b` in front of a run that may open anywhere: a search starts it once per run, not at
+    # every character of it (linear time in the `regex` module too).
+    ("engines_aggregated", r"\b(\d+) Engines Aggregated: "),
     ("prompt_throughput", r"Avg prompt throughput: ([\d.]+) tokens/s"),
     ("generation_throughput", r"Avg generation throughput: ([\d.]+) tokens/s"),
     ("throughput_v01", r"^Throughput: ([\d.]+) tokens/s"),
@@ -212,8 +214,8 @@ STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("swapped", r"Swapped: (\d+) reqs"),
     ("deferred", r"Deferred: (\d+) reqs"),
     ("preemptions", r"Preemptions: (\d+)"),
-    ("kv_device", r"([A-Z][A-Za-z]*(?: \+ host)?) KV cache usage: [\d.]+%"),
-    ("gpu_kv_cache_usage", r"[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: ([\d.]+)%"),
+    ("kv_device", r"\b([A-Z][A-Za-z]*(?: \+ host)?) KV cache usage: [\d.]+%"),
+    ("gpu_kv_cache_usage", r"\b[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: ([\d.]+)%"),
     ("cpu_kv_cache_usage", r"%,? CPU KV cache usage: ([\d.]+)%"),
     ("prefix_cache_hit_rate", r"Prefix cache hit rate: ([\d.]+)%"),
     ("external_prefix_cache_hit_rate", r"External prefix cache hit rate: ([\d.]+)%"),
@@ -221,9 +223,9 @@ STATS_FIELDS: tuple[tuple[str, str], ...] = (
 )
 # Whole known fields, removed to leave the unknown ones as `extra`.
 STATS_KNOWN_FIELDS = (
-    r"Engine \d+: |\d+ Engines Aggregated: |Avg (?:prompt|generation) throughput: [\d.]+ tokens/s"
+    r"Engine \d+: |\b\d+ Engines Aggregated: |Avg (?:prompt|generation) throughput: [\d.]+ tokens/s"
     r"|^Throughput: [\d.]+ tokens/s|(?:Running|Waiting|Pending|Swapped|Deferred): \d+ reqs"
-    r"|Preemptions: \d+|[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: [\d.]+%"
+    r"|Preemptions: \d+|\b[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: [\d.]+%"
     r"|(?:External p|P)refix cache hit rate: [\d.]+%|MM cache hit rate: [\d.]+%"
 )
 STATS_RECORD_START = r"(?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput: "

@@ -101,6 +101,10 @@ _REQ_LITERALS = sorted({row.literal for row in cat.REQUEST_ROWS})
 _PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
 _STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
 _REQ_LIT = "|".join(re.escape(literal) for literal in _REQ_LITERALS)
+# Anything an envelope the per-line path knows starts with: a process prefix, a rank, a date
+# (wrappers, foreign formats), a level word (uvicorn, foreign formats).
+_ENVELOPE_CUE = r"pid=|\[rank|[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE)"
+_KIND_LITERALS = sorted(_lines.KIND_LITERALS)
 _UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
 _STATS_VALID = (
     cat.HEADER_CORE
@@ -513,7 +517,7 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         ).to_series()
         return _as_read(prev, outside)
 
-    routed, odd_parts = _cascade(df)
+    routed, odd_parts = _cascade(df, before)
     return _assemble(routed, odd_parts, {}, n, before, want_all)
 
 
@@ -526,7 +530,9 @@ def _as_read(prev: pl.Series, outside: pl.Series) -> pl.Series:
     return pl.select(pl.when(outside).then(prev).otherwise(unwrapped)).to_series()
 
 
-def _cascade(df: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], list[pl.DataFrame]]:
+def _cascade(
+    df: pl.DataFrame, before: Callable[[pl.DataFrame], pl.Series]
+) -> tuple[dict[str, list[pl.DataFrame]], list[pl.DataFrame]]:
     """Route the lines of `df` (raw, line): (claimed parts by name, parts for _lines).
 
     A cascade of filters: each probe runs only on the lines no earlier probe claimed, so the
@@ -619,6 +625,23 @@ def _cascade(df: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], list[pl.D
         claim("other", other.drop("hdr"))
         uvi, rest = split(rest, (rest["hdr"] == 0) & rest["raw"].str.contains(_UVICORN_PROBE))
         claim("other_uvi", uvi.drop("hdr"))
+        # 6. lines with nothing the per-line path could read (no header, no literal, no
+        # envelope) after a line they cannot continue: unrecognised here, so a file of noise
+        # costs what a log costs, not a Python call per line.
+        lone, rest = split(rest, (rest["hdr"] == 0) & ~rest["raw"].str.contains(_ENVELOPE_CUE))
+        if lone.height:
+            prev = before(lone)
+            joinable = (
+                (prev.str.len_chars() >= _lines.WRAP_MIN)
+                & (
+                    prev.str.contains(_ENVELOPE_CUE)
+                    | prev.str.contains(cat.TIMESTAMP)
+                    | prev.str.contains_any(_KIND_LITERALS)
+                )
+            ).fill_null(False)
+            tails, noise = split(lone, joinable)
+            claim("unrec", noise.drop("hdr"))
+            rest = join(rest, tails)
         odd_parts.append(rest.drop("hdr"))
 
     return routed, odd_parts
@@ -684,11 +707,21 @@ def _assemble(
                     orient="row",
                 )
             )
-        accounting.unrecognized_lines = len(result.unrecognized)
+        accounting.unrecognized_lines += len(result.unrecognized)
     if rejected.height:
         frames["unrecognized"].append(rejected)
         accounting.unrecognized_lines += rejected.height
-    fast_parsed = sum(v for k, v in counts.items() if k != "blank")
+    if "unrec" in routed:
+        noise = pl.concat(routed["unrec"])
+        frames["unrecognized"].append(
+            noise.select(
+                pl.col("line"),
+                pl.col("raw").str.strip_chars_end("\r\n").alias("text"),
+                pl.lit(_lines.NO_FORMAT).alias("reason"),
+            )
+        )
+        accounting.unrecognized_lines += noise.height
+    fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec"))
     accounting.parsed_lines = fast_parsed + parsed
     return _Batch(frames, accounting, summarized)
 
