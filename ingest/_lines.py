@@ -42,6 +42,10 @@ _NO_PARENS_RE = regex.compile(r"[^()\n]*\Z", _FLAGS)
 _RANK_RE = regex.compile(r"\[(?P<rank>rank\d{1,9})\]: ?", _FLAGS)
 _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _NAME_MAX = 200
+ELIDED_RE = regex.compile(cat.ELIDED_ENVELOPE, _FLAGS)
+PLAIN_RES = [regex.compile(pattern, _FLAGS) for _name, pattern in cat.PLAIN_LINES]
+FRAME_RE = regex.compile(cat.TRACEBACK_FRAME, _FLAGS)
+RAY_REPEAT_RE = regex.compile(cat.RAY_REPEAT, _FLAGS)
 # A line that starts with a process prefix but has no header (a worker's print, a traceback).
 _PROCESS_AT_RE = regex.compile(
     r"(?:\((?P<proc>[A-Za-z_][^()\n]{0,200}?(?:\([^()\n]{0,60}\)[^()\n]{0,60}?)?),?"
@@ -378,6 +382,21 @@ def _envelope(text: str) -> tuple[Env, str]:
             ),
             text[match.end() :],
         )
+    match = ELIDED_RE.match(text)
+    if match is not None:
+        proc = match.group("proc") or match.group("rank")
+        return (
+            Env(
+                process=proc.strip() if proc else None,
+                pid=_int(match.group("pid")),
+                level=match.group("level"),
+                wts=match.group("wts"),
+                file=match.group("file"),
+                lineno=_int(match.group("lineno")),
+                known=True,
+            ),
+            text[match.end() :],
+        )
     lead = len(text) - len(text[begin:].lstrip())
     process = _PROCESS_AT_RE.match(text, lead)
     if process is not None:
@@ -493,6 +512,8 @@ def _row_columns(row: cat.LineFormat, match: regex.Match[str]) -> dict[str, Any]
                 continue
             if unit == "GB" and groups.get("unit") == "GiB":
                 unit = "GiB"
+            if groups.get(f"{group}_unit") == "bytes":
+                value /= 1024**3  # printed in bytes (v0.10.2 – v0.11.x); the row is in GiB
             quantities.append(
                 {
                     "kind": kind,
@@ -653,10 +674,52 @@ def clean(text: str) -> str:
     if "\r" in text:
         # tqdm redraws: the log record is what follows the last carriage return that has one.
         parts = text.split("\r")
-        text = next((p for p in reversed(parts) if HEADER_CORE_RE.search(p)), parts[-1])
+        found = next((p for p in reversed(parts) if HEADER_CORE_RE.search(p)), None)
+        if found is None:
+            # No record: the last redraw, behind the process prefix the line started with.
+            wrapper = WRAPPER_RE.match(parts[0])
+            first = parts[0][wrapper.end() if wrapper is not None else 0 :]
+            lead = len(parts[0]) - len(first.lstrip())
+            head = _PROCESS_AT_RE.match(parts[0], lead)
+            found = parts[0][: head.end()] + parts[-1] if head is not None else parts[-1]
+        text = found
     if "\x1b" in text or ("[" in text and _ANSI_PROBE_RE.search(text) is not None):
         text = ANSI_RE.sub("", text)
     return text
+
+
+def _plain(message: str, previous: str | None) -> bool:
+    """A line without an envelope that is plainly output: a traceback or a progress bar."""
+    message = message.rstrip("\r\n")
+    if any(pattern.match(message) for pattern in PLAIN_RES):
+        return True
+    # The code line of a traceback frame follows its `  File "…", line N` line.
+    if previous is None or not message.startswith("  "):
+        return False
+    _env, before = _envelope(clean(previous))
+    return FRAME_RE.match(before.rstrip("\r\n")) is not None
+
+
+def ray_repeat(text: str) -> tuple[str, int]:
+    """The line without Ray's `[repeated Nx across cluster]` suffix, and how many lines it
+    stands for (1 without the suffix)."""
+    if cat.RAY_REPEAT_LITERAL not in text:
+        return text, 1
+    # The suffix ends the line: searching its tail only keeps a line of repeated suffixes
+    # linear (each try runs to the end of the line).
+    tail = max(0, len(text) - 512)
+    match = RAY_REPEAT_RE.search(text, tail)
+    if match is None:
+        return text, 1
+    return text[: match.start()], max(1, int(match.group("repeat")))
+
+
+def _repeat_rows(out: Parsed, before: dict[str, int], times: int) -> None:
+    """Copy the rows added since `before` (row counts per kind) `times - 1` more times."""
+    for kind, rows in out.rows.items():
+        added = rows[before.get(kind, 0) :]
+        for _ in range(times - 1):
+            rows.extend(dict(row) for row in added)
 
 
 def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
@@ -666,10 +729,11 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
     while index < len(items):
         line, raw, previous = items[index]
         index += 1
-        text = clean(raw)
+        text, times = ray_repeat(clean(raw))
         if not text.strip():
             out.blank_lines += 1
             continue
+        before = {kind: len(rows) for kind, rows in out.rows.items()} if times > 1 else {}
         segments = _segments(text)
         records: list[tuple[Env, str, tuple[str, dict[str, Any]] | None]] = []
         reason: str | None = None
@@ -697,7 +761,15 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
                     break
                 segment, env, message, found = joined, env2, message2, found2
                 consumed += 1
-            if found is None and not env.known:
+            # No known envelope: still output when a process prefix or a wrapper names who
+            # wrote it (prints, raw tracebacks, bare `(EngineCore pid=N) ` lines) or when it
+            # has a plain output shape; both become `other` with a null level.
+            if (
+                found is None
+                and not env.known
+                and env.process is None
+                and not _plain(message, previous)
+            ):
                 continue
             reason = reason or out_of_range(env, found)
             records.append((env, message, found))
@@ -714,6 +786,8 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
             out.parsed_lines += taken
         if records or (previous is not None and is_continuation(previous, text)):
             out.parsed_lines += 1
+            if times > 1:
+                _repeat_rows(out, before, times)
         else:
             out.unrecognized.append((line, raw.rstrip("\r\n"), NO_FORMAT))
     return out

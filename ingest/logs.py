@@ -40,6 +40,7 @@ from preemptscope.ingest._time import (
     bulk_years,
     line_years,
     stamp,
+    time_from_name,
 )
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting, LogFrames
 
@@ -63,6 +64,7 @@ class ParseOptions:
     start: datetime | None = None  # --start: time of the first record, anchors year inference
     tz: str = "UTC"  # zone of the log's naive timestamps (IANA name); frames hold UTC
     reference_time: datetime | None = None  # e.g. file mtime; used when nothing better tells
+    name_time: datetime | None = None  # a date in the file name; before the mtime
 
     def __post_init__(self) -> None:
         try:
@@ -105,6 +107,9 @@ _REQ_LIT = "|".join(re.escape(literal) for literal in _REQ_LITERALS)
 # (wrappers, foreign formats), a level word (uvicorn, foreign formats).
 _ENVELOPE_CUE = r"pid=|\[rank|[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE)"
 _KIND_LITERALS = sorted(_lines.KIND_LITERALS)
+# Plain program output the per-line path reads (tracebacks, progress bars; an indented line
+# may be a frame's code line).
+_PLAIN_CUE = "|".join(f"(?:{pattern})" for _name, pattern in cat.PLAIN_LINES) + "|^  "
 _UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
 _STATS_VALID = (
     cat.HEADER_CORE
@@ -246,7 +251,9 @@ def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
 
 # Bulk lines (requests, access, other) are taken apart with positions and small regexes on
 # short slices: one envelope regex with captures over every line costs several times more.
-_TS_FIND = cat.TIMESTAMP
+# The timestamp of the header, with its location: a bare `MM-DD HH:MM:SS ` also matches inside
+# a wrapper's date (`2025-07-10 08:59:40 ERROR 07-09 17:59:40 [core.py:586] `).
+_TS_FIND = cat.HEADER_CORE
 _LEVEL_FIND = cat.UVICORN_LEVEL
 _ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
 _LEVEL_BEFORE_TS = r"(DEBUG|INFO|ERROR|WARNING|CRITICAL) $"
@@ -575,9 +582,10 @@ def _cascade(
     def join(part: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
         return pl.concat([part, extra]) if extra.height else part
 
-    # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws.
+    # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws, Ray's
+    # deduplicated repeats (one line, several records).
     text = df["raw"]
-    odd_mask = brace
+    odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
     carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
     if carriage.any():
         odd_mask = odd_mask | (carriage & ~text.str.contains(r"^[^\r]*\r\n?$"))
@@ -628,7 +636,11 @@ def _cascade(
         # 6. lines with nothing the per-line path could read (no header, no literal, no
         # envelope) after a line they cannot continue: unrecognised here, so a file of noise
         # costs what a log costs, not a Python call per line.
-        lone, rest = split(rest, (rest["hdr"] == 0) & ~rest["raw"].str.contains(_ENVELOPE_CUE))
+        bare = rest["raw"].str.strip_chars_end("\r\n")
+        lone, rest = split(
+            rest,
+            (rest["hdr"] == 0) & ~bare.str.contains(_ENVELOPE_CUE) & ~bare.str.contains(_PLAIN_CUE),
+        )
         if lone.height:
             prev = before(lone)
             joinable = (
@@ -772,6 +784,7 @@ def _finish(
     if unrec:
         result.frames["unrecognized"] = (
             pl.concat(unrec)
+            .sort("line")
             .with_columns(
                 pl.lit(source, dtype=pl.String).alias("source"),
                 pl.lit(deployment, dtype=pl.String).alias("deployment"),
@@ -804,6 +817,8 @@ def _date_and_stamp(
     anchor_first(
         stamped_rows,
         state.years,
+        carried=_carried_time(kinds),
+        name_time=options.name_time,
         tz=options.tz,
         year=options.year,
         start=options.start,
@@ -841,6 +856,19 @@ def _date_and_stamp(
         result.frames[kind] = stamped.select(
             [names.get(name, pl.col(name)) for name in schema]
         ).cast(schema)
+
+
+def _carried_time(kinds: dict[str, pl.DataFrame]) -> tuple[int, str, str] | None:
+    """(line, time, source) of the first row whose data carries a year: a wrapper or JSON time."""
+    found: tuple[int, str, str] | None = None
+    for frame in kinds.values():
+        for column, source in (("_wts", "wrapper"), ("_ats", "json")):
+            rows = frame.filter(pl.col(column).is_not_null())
+            if rows.height:
+                line, text = rows["line"][0], rows[column][0]
+                if found is None or line < found[0]:
+                    found = (int(line), str(text), source)
+    return found
 
 
 def _version_and_era(frames: LogFrames) -> tuple[str | None, str | None]:
@@ -934,6 +962,7 @@ def _options_for(path: str, options: ParseOptions) -> ParseOptions:
         start=options.start,
         tz=options.tz,
         reference_time=datetime.fromtimestamp(mtime, tz=UTC),
+        name_time=options.name_time or time_from_name(path),
     )
 
 

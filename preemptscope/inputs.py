@@ -131,6 +131,7 @@ def load_inputs(
                         "samples": frame.height,
                         "scrapes": frame["timestamp"].n_unique() if frame.height else 0,
                     },
+                    notes=metrics.snapshot_notes(frame),
                 )
             )
         else:

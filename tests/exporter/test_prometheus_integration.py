@@ -151,7 +151,7 @@ def test_over_capacity_alert_fires_then_resolves(tmp_path: Path) -> None:
                 lambda: (
                     (
                         r := query(
-                            prom, 'deployment:preemptscope_preemptions:rate5m{deployment="chat"}'
+                            prom, 'deployment:preemptscope_preemptions:rate{deployment="chat"}'
                         )
                     )
                     and float(r[0]["value"][1]) > 1

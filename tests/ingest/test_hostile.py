@@ -80,7 +80,8 @@ def test_text_after_a_word_on_a_bare_line_is_no_record() -> None:
     # An exception's message echoing user text: no envelope, the record text is not at the start.
     frames = parse([f"ValueError: bad input {PREEMPT[36:]}"])
     assert frames["preemption_warning"].height == 0
-    assert frames.accounting.unrecognized_lines == 1
+    # A level-less traceback line is read as one `other` row: the whole text is its message.
+    assert frames["other"]["message"].to_list() == [f"ValueError: bad input {PREEMPT[36:]}"]
 
 
 def test_glued_records_of_a_paste_are_still_split() -> None:
