@@ -16,7 +16,7 @@ import glob
 import os
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,8 +28,10 @@ from preemptscope.ingest import _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._reader import (
     CHUNK_BYTES,
+    Block,
+    ReadLimits,
     display_name,
-    iter_chunks,
+    iter_blocks,
     last_line,
     split_lines,
 )
@@ -49,6 +51,7 @@ from preemptscope.errors import ConfigError, InputError
 __all__ = [
     "ParseOptions",
     "ParseState",
+    "ReadLimits",
     "iter_log_paths",
     "iter_parse_path",
     "parse_lines",
@@ -506,14 +509,29 @@ def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
     return fast.clone().scatter(others, http), fast.clone().scatter(others, shape)
 
 
-def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool) -> _Batch:
-    """Route every line of a Series and extract the vectorised kinds."""
+def _route(
+    raw: pl.Series,
+    first_line: int,
+    previous: str | None,
+    want_all: bool,
+    *,
+    max_line: int,
+    cut: Mapping[int, int] | None = None,
+) -> _Batch:
+    """Route every line of a Series and extract the vectorised kinds.
+
+    Lines longer than `max_line` bytes, and those in `cut` (line number -> real length: cut
+    by the reader), are unrecognised with their real length and not parsed.
+    """
     n = raw.len()
     if n == 0:
         return _Batch({kind: [] for kind in FRAME_SCHEMAS}, LineAccounting(lines=0), {})
     df = pl.DataFrame({"raw": raw}).with_columns(
         pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
     )
+    too_long = _too_long(df, max_line, cut or {})
+    if too_long is not None:
+        df = df.filter(~pl.col("line").is_in(too_long["line"].implode()))
 
     def before(odd: pl.DataFrame) -> pl.Series:
         index = odd["line"] - first_line
@@ -525,7 +543,28 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         return _as_read(prev, outside)
 
     routed, odd_parts = _cascade(df, before)
+    if too_long is not None:
+        routed["cut"] = [too_long]
     return _assemble(routed, odd_parts, {}, n, before, want_all)
+
+
+def _too_long(df: pl.DataFrame, max_line: int, cut: Mapping[int, int]) -> pl.DataFrame | None:
+    """Unrecognised rows (line, text, reason) for the lines over the length limit, or None."""
+    lengths = df["raw"].str.strip_chars_end("\r\n").str.len_bytes()
+    over = df.filter(lengths > max_line)
+    if cut:
+        over = pl.concat([over, df.filter(pl.col("line").is_in(list(cut)))]).unique(
+            "line", keep="first", maintain_order=True
+        )
+    if over.height == 0:
+        return None
+    rows = []
+    for line, text in over.select("line", "raw").iter_rows():
+        data = text.rstrip("\r\n").encode()
+        real = cut.get(line, len(data))
+        reason = f"line longer than {max_line} bytes ({real} bytes): cut, not parsed"
+        rows.append((line, data[:max_line].decode("utf-8", "replace"), reason))
+    return pl.DataFrame(rows, schema=_UNRECOGNIZED_ROWS, orient="row").sort("line")
 
 
 def _as_read(prev: pl.Series, outside: pl.Series) -> pl.Series:
@@ -723,6 +762,9 @@ def _assemble(
     if rejected.height:
         frames["unrecognized"].append(rejected)
         accounting.unrecognized_lines += rejected.height
+    if "cut" in routed:
+        frames["unrecognized"].extend(routed["cut"])
+        accounting.unrecognized_lines += sum(part.height for part in routed["cut"])
     if "unrec" in routed:
         noise = pl.concat(routed["unrec"])
         frames["unrecognized"].append(
@@ -733,7 +775,7 @@ def _assemble(
             )
         )
         accounting.unrecognized_lines += noise.height
-    fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec"))
+    fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut"))
     accounting.parsed_lines = fast_parsed + parsed
     return _Batch(frames, accounting, summarized)
 
@@ -904,6 +946,8 @@ def _parse_series(
     state: ParseState,
     final: bool,
     want_all: bool,
+    limits: ReadLimits,
+    cut: Mapping[int, int] | None = None,
 ) -> LogFrames:
     if state.pending:
         first_line = state.pending[0][0]
@@ -915,7 +959,7 @@ def _parse_series(
     previous = state.last_raw
     if raw.len():
         state.last_raw = raw[-1]
-    batch = _route(raw, first_line, previous, want_all)
+    batch = _route(raw, first_line, previous, want_all, max_line=limits.max_line_bytes, cut=cut)
     return _finish(batch, source=source, deployment=deployment, options=options, state=state)
 
 
@@ -928,12 +972,17 @@ def parse_lines(
     options: ParseOptions = ParseOptions(),
     state: ParseState | None = None,
     final: bool | None = None,
+    limits: ReadLimits | None = None,
+    cut_lengths: Mapping[int, int] | None = None,
 ) -> LogFrames:
     """Parse a batch of physical lines (no trailing newline needed).
 
     With a `state`, batches of one source give the same frames as one go: a last line that may
     be the first half of a hard-wrapped record is held back until the next batch, or until a
     call with `final=True` (default: final unless a state is given).
+    A line longer than `limits.max_line_bytes` (default ReadLimits.from_env()) is unrecognised,
+    not parsed; `cut_lengths` (line number -> real length) names lines the caller cut already
+    (the follower), which are unrecognised with their real length.
     """
     own_state = state if state is not None else ParseState()
     is_final = final if final is not None else state is None
@@ -947,6 +996,8 @@ def parse_lines(
         state=own_state,
         final=is_final,
         want_all=True,
+        limits=limits or ReadLimits.from_env(),
+        cut=cut_lengths,
     )
 
 
@@ -966,10 +1017,10 @@ def _options_for(path: str, options: ParseOptions) -> ParseOptions:
     )
 
 
-def _route_chunk(
-    chunk: memoryview, first_line: int, previous: str | None, want_all: bool
-) -> _Batch:
-    return _route(split_lines(chunk), first_line, previous, want_all)
+def _route_chunk(block: Block, previous: str | None, want_all: bool, max_line: int) -> _Batch:
+    # Lines are numbered from 1 in each block; `cut` holds 0-based indexes.
+    cut = {index + 1: real for index, real in block.cut.items()}
+    return _route(split_lines(block.view), 1, previous, want_all, max_line=max_line, cut=cut)
 
 
 def iter_parse_path(
@@ -981,6 +1032,7 @@ def iter_parse_path(
     summary_only: bool = False,
     progress: Callable[[int], None] | None = None,
     workers: int | None = None,
+    limits: ReadLimits | None = None,
 ) -> Iterator[LogFrames]:
     """Stream a file chunk by chunk: one LogFrames per chunk, memory flat in the file size.
 
@@ -989,7 +1041,8 @@ def iter_parse_path(
     (Polars releases the GIL); timestamps are resolved in order in this thread.
     With `summary_only`, requests/access/other rows are counted (LogFrames.summarized) but
     not extracted: what `parse --json` needs, at a fraction of the cost.
-    `progress` is called with the number of bytes of each chunk read.
+    `progress` is called with the number of bytes of each chunk read. `limits` (default
+    ReadLimits.from_env()) bound a line, an endless input and a .gz input (docs/frames.md).
     """
     name = str(path)
     dep = deployment or display_name(name)
@@ -1017,11 +1070,13 @@ def iter_parse_path(
         return frames
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for chunk in iter_chunks(name, chunk_bytes, _lines.may_continue):
+        read_limits = limits or ReadLimits.from_env()
+        max_line = read_limits.max_line_bytes
+        for block in iter_blocks(name, chunk_bytes, _lines.may_continue, read_limits):
             if progress is not None:
-                progress(len(chunk))
-            in_flight.append(pool.submit(_route_chunk, chunk, 1, previous, not summary_only))
-            previous = last_line(chunk)
+                progress(len(block.view))
+            in_flight.append(pool.submit(_route_chunk, block, previous, not summary_only, max_line))
+            previous = last_line(block.view)
             while len(in_flight) > threads:
                 yield finish(in_flight.popleft())
         while in_flight:
@@ -1033,13 +1088,14 @@ def parse_path(
     *,
     deployment: str | None = None,
     options: ParseOptions = ParseOptions(),
+    limits: ReadLimits | None = None,
 ) -> LogFrames:
     """Parse one file (plain or .gz) or "-" for stdin into frames; InputError if unreadable."""
     name = str(path)
     if name != "-" and Path(name).is_dir():
         raise InputError(name, "is a directory (use iter_log_paths to expand it)")
     combined: LogFrames | None = None
-    for part in iter_parse_path(name, deployment=deployment, options=options):
+    for part in iter_parse_path(name, deployment=deployment, options=options, limits=limits):
         if combined is None:
             combined = part
         else:
