@@ -430,7 +430,7 @@ CONFIG_ROWS: tuple[LineFormat, ...] = (
         "logo_version",
         "config",
         "▀▄▀ █",
-        r"[^\n]*?▀▄▀ █\s+version (?:\x1b\[[0-9;]*m)?(?P<vllm_version>[0-9][^\s,)\x1b]*)",
+        r"[\s▄█▀]*?▀▄▀ █\s+version (?:\x1b\[[0-9;]*m)?(?P<vllm_version>[0-9][^\s,)\x1b]*)",
         "v0.15.0 – v0.33.0 (ASCII logo, six prefixed lines)",
         "(APIServer pid=1726) INFO 02-19 10:10:57 [utils.py:325]  ▄▄ ▄█ █     █     █ ▀▄▀ █"
         "  version"
@@ -442,7 +442,7 @@ CONFIG_ROWS: tuple[LineFormat, ...] = (
         "logo_model",
         "config",
         "█▄█▀ █",
-        r"[^\n]*?█▄█▀ █\s+█\s+█\s+█  model\s+(?:\x1b\[[0-9;]*m)?(?P<model>\S+)",
+        r"[\s▄█▀]*?█▄█▀ █\s+█\s+█\s+█  model\s+(?:\x1b\[[0-9;]*m)?(?P<model>\S+)",
         "v0.15.0 – v0.33.0 (ASCII logo)",
         "(APIServer pid=1726) INFO 02-19 10:10:57 [utils.py:325]   █▄█▀ █     █     █     █  model"
         "   models/final_dpo",

@@ -635,7 +635,9 @@ def _cascade(
     http, shape = _access_masks(df["raw"])
     access, rest = split(df, http)
     if access.height:
-        good, bad = split(access, shape.filter(http))
+        # A vLLM header makes it a vLLM record (an access line quoted in a prompt is data).
+        plain = shape.filter(http) & ~access["raw"].str.contains(cat.HEADER_CORE)
+        good, bad = split(access, plain)
         claim("access", good)
         rest = join(rest, bad)
     # 2. kinds parsed per line (preemption, KV sizing, config).
