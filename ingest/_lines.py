@@ -700,6 +700,9 @@ def _plain(message: str, previous: str | None) -> bool:
     return FRAME_RE.match(before.rstrip("\r\n")) is not None
 
 
+RAY_REPEAT_MAX = 10_000
+
+
 def ray_repeat(text: str) -> tuple[str, int]:
     """The line without Ray's `[repeated Nx across cluster]` suffix, and how many lines it
     stands for (1 without the suffix)."""
@@ -732,6 +735,12 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
         text, times = ray_repeat(clean(raw))
         if not text.strip():
             out.blank_lines += 1
+            continue
+        if times > RAY_REPEAT_MAX:
+            # Each repeat is a copied row: a count from anyone's text must not cost unbounded
+            # memory (Ray holds back repeats for seconds: real counts are small).
+            reason = f"number out of range: Ray repeat count {times} above {RAY_REPEAT_MAX}"
+            out.unrecognized.append((line, raw.rstrip("\r\n"), reason))
             continue
         before = {kind: len(rows) for kind, rows in out.rows.items()} if times > 1 else {}
         segments = _segments(text)

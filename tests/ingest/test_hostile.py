@@ -168,3 +168,10 @@ def test_prompts_built_from_the_catalogue_never_make_records(parts: list[str], e
     frames = parse([REAL_STATS, line, REAL_STATS])
     assert kinds(frames) == {"scheduler_stats": 2, "requests": 1}
     assert frames["scheduler_stats"]["line"].to_list() == [1, 3]
+
+
+def test_a_huge_ray_repeat_count_costs_one_line_not_memory() -> None:
+    line = "(RayWorkerWrapper pid=263) " + REAL_STATS + " [repeated 999999999x across cluster]"
+    frames = parse([REAL_STATS, line])
+    assert frames["scheduler_stats"].height == 1
+    assert frames["unrecognized"]["reason"][0].startswith("number out of range: Ray repeat")
