@@ -327,7 +327,9 @@ def _envelope(text: str) -> tuple[Env, str]:
     wrapper = WRAPPER_RE.match(text)
     wts = wrapper.group("wts") if wrapper is not None else None
     begin = wrapper.end() if wrapper is not None else 0
-    found = _find_header(text, begin)
+    # Every envelope but a bare process prefix has a colon (a time, `LEVEL:`).
+    colon = ":" in text
+    found = _find_header(text, begin) if colon else None
     if found is not None:
         start, level, match = found
         proc, pid = _process_before(text[begin:start])
@@ -346,7 +348,7 @@ def _envelope(text: str) -> tuple[Env, str]:
             ),
             text[match.end() :],
         )
-    for _env, pattern in FOREIGN_RES:
+    for _env, pattern in FOREIGN_RES if colon else ():
         # From the line start: a foreign timestamp may be what looked like a wrapper's.
         match = pattern.search(text)
         if match is not None:
@@ -368,7 +370,7 @@ def _envelope(text: str) -> tuple[Env, str]:
                 ),
                 groups.get("msg") or "",
             )
-    match = UVICORN_LEVEL_RE.search(text, begin)
+    match = UVICORN_LEVEL_RE.search(text, begin) if colon else None
     if match is not None:
         proc, pid = _process_before(text[begin : match.start()])
         return (
@@ -397,18 +399,28 @@ def _envelope(text: str) -> tuple[Env, str]:
             ),
             text[match.end() :],
         )
+    return _process_only(text, begin, wts, wrapper is not None)
+
+
+def _process_only(text: str, begin: int, wts: str | None, wrapped: bool) -> tuple[Env, str]:
+    """A line that starts with a process prefix (or a wrapper) but has no header."""
     lead = len(text) - len(text[begin:].lstrip())
     process = _PROCESS_AT_RE.match(text, lead)
     if process is not None:
         proc = process.group("proc") or process.group("rank")
         return Env(process=proc, pid=_int(process.group("pid")), wts=wts), text[process.end() :]
-    if wrapper is not None:
-        return Env(wts=wts), text[wrapper.end() :]
+    if wrapped:
+        return Env(wts=wts), text[begin:]
     return Env(), text
+
+
+_JSON_MAX_OPEN = 512
 
 
 def _json_line(text: str) -> tuple[Env, str] | None:
     """docker json-file lines and vLLM's JSON formatter (v0.32+); None if not JSON."""
+    if text.count("[") + text.count("{") > _JSON_MAX_OPEN:
+        return None  # `[[[[...` thousands deep: no log record, and costly to refuse
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError):
