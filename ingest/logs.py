@@ -192,8 +192,12 @@ def _stats_invalid(msg: pl.Expr) -> pl.Expr:
 
 def _stats_frames(sub: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(stats rows, unrecognised rows: lines whose numbers do not fit their columns)."""
-    invalid = _stats_invalid(pl.col("raw").str.extract_groups(_STATS_EXTRACT).struct.field("msg"))
-    sub = sub.with_columns(invalid.alias("_invalid"))
+    message = pl.col("raw").str.extract_groups(_STATS_EXTRACT).struct.field("msg")
+    # The message once as a column: as an expression it is re-extracted for every field.
+    sub = sub.with_columns(message.alias("_msg")).with_columns(
+        _stats_invalid(pl.col("_msg")).alias("_invalid")
+    )
+    sub = sub.drop("_msg")
     bad = sub.filter(pl.col("_invalid").is_not_null())
     if bad.height:
         sub = sub.filter(pl.col("_invalid").is_null())
@@ -550,8 +554,11 @@ def _route(
 
 def _too_long(df: pl.DataFrame, max_line: int, cut: Mapping[int, int]) -> pl.DataFrame | None:
     """Unrecognised rows (line, text, reason) for the lines over the length limit, or None."""
-    lengths = df["raw"].str.strip_chars_end("\r\n").str.len_bytes()
-    over = df.filter(lengths > max_line)
+    lengths = df["raw"].str.len_bytes()
+    over = df.filter(lengths > max_line)  # with its `\r\n`: checked exactly below
+    if over.height:
+        exact = over["raw"].str.strip_chars_end("\r\n").str.len_bytes()
+        over = over.filter(exact > max_line)
     if cut:
         over = pl.concat([over, df.filter(pl.col("line").is_in(list(cut)))]).unique(
             "line", keep="first", maintain_order=True
@@ -636,7 +643,12 @@ def _cascade(
     access, rest = split(df, http)
     if access.height:
         # A vLLM header makes it a vLLM record (an access line quoted in a prompt is data).
-        plain = shape.filter(http) & ~access["raw"].str.contains(cat.HEADER_CORE)
+        # (`] ` first: a literal scan; uvicorn's access lines have none.)
+        text = access["raw"]
+        header = text.str.contains("] ", literal=True)
+        if header.any():
+            header = header & text.str.contains(cat.HEADER_CORE)
+        plain = shape.filter(http) & ~header
         good, bad = split(access, plain)
         claim("access", good)
         rest = join(rest, bad)
