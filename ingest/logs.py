@@ -631,6 +631,10 @@ def _cascade(
     # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws, Ray's
     # deduplicated repeats (one line, several records).
     text = df["raw"]
+    if brace.any():
+        # Only a JSON value is read as JSON; a line that starts with `{` but does not parse
+        # (`{"log": [[[[...`, a cut object) is text like any other.
+        brace = brace & text.str.json_path_match("$").is_not_null()
     odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
     carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
     if carriage.any():
