@@ -83,7 +83,7 @@ class _FigureCache:
 class ReportHtmlCache:
     """The self-contained report costs seconds of CPU: it is built again only when the
     analysis changed. The live loop re-analyses every few seconds even without new data, so
-    the key is the report's content (its JSON without `generated_at`), not the object; one
+    the key is the report's content (its JSON without `generated_at` and `now`), not the object; one
     build at a time (concurrent requests wait for it rather than build it again)."""
 
     def __init__(self) -> None:
@@ -99,6 +99,7 @@ class ReportHtmlCache:
                 return self._body
             content = report.to_dict()
             content.pop("generated_at", None)
+            content.get("parameters", {}).pop("now", None)
             key = hashlib.sha256(
                 json.dumps(content, sort_keys=True, default=str).encode()
             ).hexdigest()

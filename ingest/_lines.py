@@ -43,9 +43,13 @@ _RANK_RE = regex.compile(r"\[(?P<rank>rank\d{1,9})\]: ?", _FLAGS)
 _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _NAME_MAX = 200
 ELIDED_RE = regex.compile(cat.ELIDED_ENVELOPE, _FLAGS)
+SYSLOG_RE = regex.compile(cat.SYSLOG, _FLAGS)
+COMPOSE_RE = regex.compile(rf"^(?:{cat.WRAPPER_TS})?(?P<compose>{cat.COMPOSE})", _FLAGS)
+COMPOSE_ONLY_RE = regex.compile(cat.COMPOSE, _FLAGS)
 PLAIN_RES = [regex.compile(pattern, _FLAGS) for _name, pattern in cat.PLAIN_LINES]
 FRAME_RE = regex.compile(cat.TRACEBACK_FRAME, _FLAGS)
 RAY_REPEAT_RE = regex.compile(cat.RAY_REPEAT, _FLAGS)
+RAY_TOO_MANY = f"Ray repeat count above {cat.RAY_REPEAT_MAX}"
 # A line that starts with a process prefix but has no header (a worker's print, a traceback).
 _PROCESS_AT_RE = regex.compile(
     r"(?:\((?P<proc>[A-Za-z_][^()\n]{0,200}?(?:\([^()\n]{0,60}\)[^()\n]{0,60}?)?),?"
@@ -403,14 +407,26 @@ def _envelope(text: str) -> tuple[Env, str]:
 
 
 def _process_only(text: str, begin: int, wts: str | None, wrapped: bool) -> tuple[Env, str]:
-    """A line that starts with a process prefix (or a wrapper) but has no header."""
+    """A line with no header: a process prefix (behind a compose prefix too), a wrapper, a
+    syslog prefix, or a compose prefix alone."""
     lead = len(text) - len(text[begin:].lstrip())
     process = _PROCESS_AT_RE.match(text, lead)
+    if process is None:
+        compose = COMPOSE_ONLY_RE.match(text, lead)
+        if compose is not None:
+            process = _PROCESS_AT_RE.match(text, compose.end())
     if process is not None:
         proc = process.group("proc") or process.group("rank")
         return Env(process=proc, pid=_int(process.group("pid")), wts=wts), text[process.end() :]
     if wrapped:
         return Env(wts=wts), text[begin:]
+    match = SYSLOG_RE.match(text)
+    if match is not None:
+        return Env(process=match.group("proc"), pid=_int(match.group("pid"))), text[match.end() :]
+    match = COMPOSE_RE.match(text)
+    if match is not None:
+        # Output of a compose service with no prefix of its own (v0.31+ raw tracebacks).
+        return Env(wts=match.group("wts")), text[match.end() :]
     return Env(), text
 
 
@@ -472,6 +488,12 @@ def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
         match = pattern.match(message)
         if match is None and not env.known and row.bare_ok:
             match = _bare_match(pattern, message)
+        if match is None and not env.known and row.kind == "kv_capacity":
+            # vLLM's startup refusal raises its sizing line as an exception's message
+            # (`ValueError: Free memory on device ...`). Sizing only: no count or verdict
+            # rests on it, so an exception that echoes a user's text cannot forge one.
+            lead = _EXCEPTION_LEAD.match(message)
+            match = pattern.match(message, lead.end()) if lead is not None else None
         if match is None:
             continue
         return row.kind, _row_columns(row, match)
@@ -492,6 +514,9 @@ _BARE_LEADS = (
         _FLAGS,
     ),
 )
+
+
+_EXCEPTION_LEAD = regex.compile(r"[A-Z]\w{0,60}(?:Error|Exception): ", _FLAGS)
 
 
 def _bare_match(pattern: regex.Pattern[str], message: str) -> regex.Match[str] | None:
@@ -705,6 +730,12 @@ def _plain(message: str, previous: str | None) -> bool:
     message = message.rstrip("\r\n")
     if any(pattern.match(message) for pattern in PLAIN_RES):
         return True
+    # After a few symbols a paste put in front (a quote bar `▎ `), as records are (_bare_match).
+    lead = _BARE_LEADS[0].match(message)
+    if lead is not None and lead.group().strip():
+        rest = message[lead.end() :].lstrip(" ")
+        if any(pattern.match(rest) for pattern in PLAIN_RES):
+            return True
     # The code line of a traceback frame follows its `  File "…", line N` line.
     if previous is None or not message.startswith("  "):
         return False
@@ -712,21 +743,17 @@ def _plain(message: str, previous: str | None) -> bool:
     return FRAME_RE.match(before.rstrip("\r\n")) is not None
 
 
-RAY_REPEAT_MAX = 10_000
-
-
 def ray_repeat(text: str) -> tuple[str, int]:
     """The line without Ray's `[repeated Nx across cluster]` suffix, and how many lines it
     stands for (1 without the suffix)."""
     if cat.RAY_REPEAT_LITERAL not in text:
         return text, 1
-    # The suffix ends the line: searching its tail only keeps a line of repeated suffixes
-    # linear (each try runs to the end of the line).
-    tail = max(0, len(text) - 512)
-    match = RAY_REPEAT_RE.search(text, tail)
+    # The suffix ends the line: only its last start can match (one pass, whatever the text).
+    start = text.rfind(" [repeated ")
+    match = RAY_REPEAT_RE.fullmatch(text, start) if start >= 0 else None
     if match is None:
         return text, 1
-    return text[: match.start()], max(1, int(match.group("repeat")))
+    return text[:start], max(1, int(match.group("repeat")))
 
 
 def _repeat_rows(out: Parsed, before: dict[str, int], times: int) -> None:
@@ -748,11 +775,9 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
         if not text.strip():
             out.blank_lines += 1
             continue
-        if times > RAY_REPEAT_MAX:
-            # Each repeat is a copied row: a count from anyone's text must not cost unbounded
-            # memory (Ray holds back repeats for seconds: real counts are small).
-            reason = f"number out of range: Ray repeat count {times} above {RAY_REPEAT_MAX}"
-            out.unrecognized.append((line, raw.rstrip("\r\n"), reason))
+        if times > cat.RAY_REPEAT_MAX:
+            # Rows are copies: a count no real cluster buffers in seconds would only cost memory.
+            out.unrecognized.append((line, raw.rstrip("\r\n"), RAY_TOO_MANY))
             continue
         before = {kind: len(rows) for kind, rows in out.rows.items()} if times > 1 else {}
         segments = _segments(text)

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # docker --timestamps / kubectl --timestamps / CRI (`<RFC3339> stdout F <line>`), and local
-# viewers that print the host's naive time in front (Docker Desktop: `2025-07-10 08:59:40 `).
-# A naive wrapper gives the year only: its zone is the viewer's, not the log's.
+# viewers that print the host's naive time in front (Docker Desktop: `2025-07-10 08:59:40 `,
+# or `2025-07-10T08:59:40 `). A naive wrapper gives the year only: its zone is the viewer's.
 WRAPPER_TS = (
-    r"(?P<wts>\d{4}-\d\d-\d\d(?:T\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)"
+    r"(?P<wts>\d{4}-\d\d-\d\d(?:T\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
     r"| \d\d:\d\d:\d\d(?:[.,]\d+)?))"
     r"\s+(?:(?:stdout|stderr) [FP] )?"
 )
@@ -36,6 +36,8 @@ PROCESS = (
     r"(?:, ip=[^)\n]*)?\) ?"
 )
 RANK = r"\[(?P<rank>rank\d+)\]: ?"
+# docker compose's service column (`vllm-1  | `, `llm_server_1 | `) in front of any output.
+COMPOSE = r"[A-Za-z0-9][\w.-]{0,80} +\| "
 # A tag some launchers print between the process prefix and the level (vllm-omni `[Stage-0] `).
 TAG = r"(?:\[[A-Za-z][A-Za-z0-9_.-]*\] )?"
 # `INFO 05-09 00:49:33 scheduler.py:1057] ` (<= v0.7.3) and `INFO 05-09 00:49:33 [loggers.py:116] `
@@ -58,7 +60,7 @@ LAST_PROCESS = (
 )
 RANK_PREFIX = r"\[(rank[0-9]+)\]:"
 LEADING_WRAPPER_TS = (
-    r"^([0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2})"
+    r"^([0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2})?"
     r"| [0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?))\s"
 )
 # Uvicorn's level prefix (`INFO:     `).
@@ -73,11 +75,22 @@ ENVELOPE = (
 # `INFO ... Application startup complete.`) or printed without the date (`INFO 18:45:57
 # [loggers.py:116] `). Anchored: only a wrapper, a compose prefix and a process prefix may
 # stand in front, so no text inside a message can start one.
+# The whole timestamp removed (`INFO [gpu_worker.py:489] `) is read when the location is kept.
+# Only the `regex` module reads this pattern (it repeats group names across alternatives).
 ELIDED_ENVELOPE = (
-    rf"^(?:{WRAPPER_TS})?(?:[\w.-]+ +\| )?(?:{PROCESS}|{RANK})?{TAG}"
+    rf"^(?:{WRAPPER_TS})?(?:{COMPOSE})?(?:{PROCESS}|{RANK})?{TAG}"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"(?:\.\.\.|…|\[\.\.\.\]|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "
+    r"(?:(?:(?:[01]\d-[0-3]\d )?(?:\.\.\.|…|\[\.\.\.\])"
+    r"|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "
     r"(?:\[?(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?)?"
+    r"|\[(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?)"
+)
+# journald / syslog in front of a line (`авг 18 14:14:59 llm python3[28148]: `): the month in
+# the host's locale, host, identifier and pid. A vLLM header behind it is read as usual; a line
+# with none (a print) is that process's output.
+SYSLOG = (
+    r"^[^\W\d_]{3,9}\.? {1,2}[0-3]?\d [0-2]\d:[0-5]\d:[0-6]\d [^\s\[\]]+ "
+    r"(?P<proc>[^\s\[\]:]+)\[(?P<pid>[0-9]+)\]: "
 )
 # Uvicorn: `INFO:     172.18.0.1:59468 - "POST /v1/chat/completions HTTP/1.1" 200 OK`.
 UVICORN = (
@@ -612,9 +625,12 @@ ACCESS_ROW = LineFormat(
     '(APIServer pid=1) INFO:     172.18.0.1:59468 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
 )
 
+# A traceback frame's `  File "…", line N, in f` line (its code line follows it).
+TRACEBACK_FRAME = r'^ +File "[^"]+", line [0-9]+(?:, in [^ ]+)?$'
 # Lines with no envelope that are still plainly a program's output (they become `other` rows
-# with a null level): Python tracebacks (raw since v0.31.0, where the process prefix is gone)
-# and tqdm progress bars. Each is recognised by its own shape, anchored at the start.
+# with a null level): Python tracebacks (raw since v0.31.0, where the process prefix is gone),
+# Python warnings and tqdm progress bars. Each is recognised by its own shape, anchored at the
+# start.
 PLAIN_LINES: tuple[tuple[str, str], ...] = (
     ("traceback", r"^Traceback \(most recent call last\):$"),
     (
@@ -622,31 +638,34 @@ PLAIN_LINES: tuple[tuple[str, str], ...] = (
         r"^(?:During handling of the above exception, another exception occurred|"
         r"The above exception was the direct cause of the following exception):$",
     ),
-    ("traceback", r'^ +File "[^"]+", line [0-9]+(?:, in [^ ]+)?$'),
+    ("traceback", TRACEBACK_FRAME),
     ("traceback", r"^ +[\^~]+$"),
     (
         "traceback",
         r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*"
         r"(?:Error|Exception|Exit|Interrupt|Warning)(?:: [^\n]*)?$",
     ),
+    # Python's warnings module: `/path/file.py:2356: UserWarning: message`
+    ("warning", r"^[^\s:][^:\n]{0,300}\.py:[0-9]+: [A-Za-z_][A-Za-z0-9_.]*Warning: "),
     (
         "progress",
         r"^[^|\n]{0,200}: *[0-9]{1,3}%(?:\|[^|\n]{0,200}\|| Completed \|)"
         r" *[0-9]+/[0-9]+ \[",
     ),
 )
-# The code line of a traceback frame: indented, right after a `  File "…", line N` line.
-TRACEBACK_FRAME = PLAIN_LINES[2][1]
 
 # Ray's log deduplication (`RAY_DEDUP_LOGS`, on by default): after printing a line, Ray holds
 # back its repeats for a few seconds and then prints the last one once with this suffix; N is
 # the number of held-back lines, so the suffixed line stands for N lines (the first one was
 # printed on its own before). The note in parentheses follows the first such suffix only.
 RAY_REPEAT = (
-    r" \[repeated (?P<repeat>[0-9]{1,9})x across cluster\]"
-    r"(?: \(Ray deduplicates logs by default\.[^\n]*\))?$"
+    r" \[repeated (?P<repeat>[0-9]{1,12})x across cluster\]"
+    r"(?: \(Ray deduplicates logs by default\.[^\n]*\))?"
 )
 RAY_REPEAT_LITERAL = "x across cluster]"
+# Ray buffers repeats for ~5 s; a larger count than this is not a real log (and each repeat is
+# a row): the line is unrecognised with that reason.
+RAY_REPEAT_MAX = 10_000
 
 # Kinds whose messages go through the per-line path (rare lines, rich payloads).
 PYTHON_ROWS: tuple[LineFormat, ...] = PREEMPTION_ROWS + KV_ROWS + CONFIG_ROWS

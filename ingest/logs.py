@@ -59,6 +59,9 @@ __all__ = [
 ]
 
 
+YEAR_RANGE = (1970, 2100)  # years --year and --start accept
+
+
 @dataclass(frozen=True)
 class ParseOptions:
     """How to read timestamps that have no year and no zone."""
@@ -68,8 +71,20 @@ class ParseOptions:
     tz: str = "UTC"  # zone of the log's naive timestamps (IANA name); frames hold UTC
     reference_time: datetime | None = None  # e.g. file mtime; used when nothing better tells
     name_time: datetime | None = None  # a date in the file name; before the mtime
+    # Take the year from a wrapper/JSON time anywhere in the first batch, not only on the first
+    # record. Files turn it on (their first batch is the first chunk, whatever the caller);
+    # `parse_lines` batches keep it off, so batches of lines date exactly as one go does.
+    year_from_content: bool = False
 
     def __post_init__(self) -> None:
+        # Outside this, --year 0 overflows and --year 20260 silently nulls every timestamp.
+        low, high = YEAR_RANGE
+        if self.year is not None and not low <= self.year <= high:
+            raise ConfigError(f"--year {self.year}: expected a year from {low} to {high}")
+        if self.start is not None and not low <= self.start.year <= high:
+            raise ConfigError(
+                f"--start {self.start.isoformat()}: expected a year from {low} to {high}"
+            )
         try:
             ZoneInfo(self.tz)
         except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -107,12 +122,23 @@ _PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
 _STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
 _REQ_LIT = "|".join(re.escape(literal) for literal in _REQ_LITERALS)
 # Anything an envelope the per-line path knows starts with: a process prefix, a rank, a date
-# (wrappers, foreign formats), a level word (uvicorn, foreign formats).
-_ENVELOPE_CUE = r"pid=|\[rank|[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE)"
+# (wrappers, foreign formats), a level word (uvicorn, foreign formats), a syslog pid. A new
+# envelope in ingest/_lines.py needs its cue here, or its lines are unrecognised unread.
+_ENVELOPE_CUE = (
+    r"pid=|\[rank|[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE)"
+    r"|\[[0-9]+\]: "  # syslog's `python3[28059]: `
+)
 _KIND_LITERALS = sorted(_lines.KIND_LITERALS)
 # Plain program output the per-line path reads (tracebacks, progress bars; an indented line
 # may be a frame's code line).
-_PLAIN_CUE = "|".join(f"(?:{pattern})" for _name, pattern in cat.PLAIN_LINES) + "|^  "
+# A superset of what they match, by key words (the patterns themselves, also behind a quote
+# bar or a compose prefix, compile to a Rust regex over its size limit): a traceback's header,
+# chained-exception line, `File "` line, `^~~~` marker line, exception or warning line, a
+# progress bar's percentage, an indented code line.
+_PLAIN_CUE = r"Traceback|exception|File \"|[\^~]\s*$|Error|Exception|Exit|Interrupt|Warning|%|  "
+assert all(name in ("traceback", "warning", "progress") for name, _pattern in cat.PLAIN_LINES), (
+    "a new plain-line kind needs its key word in _PLAIN_CUE"
+)
 _UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
 _STATS_VALID = (
     cat.HEADER_CORE
@@ -877,7 +903,7 @@ def _date_and_stamp(
     anchor_first(
         stamped_rows,
         state.years,
-        carried=_carried_time(kinds),
+        carried=_carried_time(kinds) if options.year_from_content else None,
         name_time=options.name_time,
         tz=options.tz,
         year=options.year,
@@ -1020,18 +1046,19 @@ def parse_lines(
 
 
 def _options_for(path: str, options: ParseOptions) -> ParseOptions:
-    if options.reference_time is not None or path == "-":
-        return options
-    try:
-        mtime = os.stat(path).st_mtime
-    except OSError:
-        return options
+    reference = options.reference_time
+    if reference is None and path != "-":
+        try:
+            reference = datetime.fromtimestamp(os.stat(path).st_mtime, tz=UTC)
+        except OSError:
+            reference = None
     return ParseOptions(
         year=options.year,
         start=options.start,
         tz=options.tz,
-        reference_time=datetime.fromtimestamp(mtime, tz=UTC),
-        name_time=options.name_time or time_from_name(path),
+        reference_time=reference,
+        name_time=options.name_time or (time_from_name(path) if path != "-" else None),
+        year_from_content=True,
     )
 
 

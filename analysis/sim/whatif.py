@@ -114,7 +114,15 @@ def with_memory_change(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig
     if base.num_gpu_blocks_override is None:
         return config
     touches_memory = any(
-        k.lstrip("-").replace("-", "_") in ("gpu_memory_utilization", "tensor_parallel_size", "tp")
+        k.lstrip("-").replace("-", "_")
+        in (
+            "gpu_memory_utilization",
+            "tensor_parallel_size",
+            "tp",
+            "pipeline_parallel_size",
+            "pp",
+            "block_size",
+        )
         for k in changes
     )
     overrides_blocks = any(
@@ -125,9 +133,9 @@ def with_memory_change(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig
     old, new = base.capacity(), dataclasses.replace(config, num_gpu_blocks_override=None)
     # Observed KV memory + the memory the change frees or adds (per GPU).
     extra = (new.gpu_memory_utilization - base.gpu_memory_utilization) * base.gpu.memory_gib
-    extra -= weights_gib(new.model, tp=new.tensor_parallel_size) - weights_gib(
-        base.model, tp=base.tensor_parallel_size
-    )
+    extra -= weights_gib(
+        new.model, tp=new.tensor_parallel_size, pp=new.pipeline_parallel_size
+    ) - weights_gib(base.model, tp=base.tensor_parallel_size, pp=base.pipeline_parallel_size)
     block_bytes = (
         kv_bytes_per_token(
             new.model,

@@ -69,9 +69,21 @@ def register(subparsers: Any) -> None:
         default=kvmodel.DEFAULT_NON_TORCH_GIB,
         help="non-torch memory per GPU (NCCL, CUDA context; default %(default)s)",
     )
-    parser.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=1)
-    parser.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=int, default=1)
-    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument(
+        "--tp",
+        "--tensor-parallel-size",
+        dest="tp",
+        type=int,
+        help="default: as logged with --log, else 1",
+    )
+    parser.add_argument(
+        "--pp",
+        "--pipeline-parallel-size",
+        dest="pp",
+        type=int,
+        help="default: as logged with --log, else 1",
+    )
+    parser.add_argument("--block-size", type=int, help="default: as logged with --log, else 16")
     parser.add_argument(
         "--context-len",
         type=int,
@@ -193,6 +205,34 @@ LOGGED_KINDS = {
 }
 
 
+# Serving settings a log's config lines give, used when the flag is not given.
+LOGGED_SETTINGS = {
+    "tensor_parallel_size": "tp",
+    "pipeline_parallel_size": "pp",
+    "block_size": "block_size",
+    "kv_cache_dtype": "kv_cache_dtype",
+}
+DEFAULTS = {"tp": 1, "pp": 1, "block_size": 16}
+
+
+def logged_settings(path: str) -> dict[str, int | str]:
+    """The last tensor/pipeline parallel size, block size and KV dtype a log's config printed."""
+    config = parse_path(path)["config"]
+    found: dict[str, int | str] = {}
+    for key, value in config.select("key", "value").iter_rows():
+        if key not in LOGGED_SETTINGS or value is None:
+            continue
+        name = LOGGED_SETTINGS[key]
+        if name == "kv_cache_dtype":
+            # auto: the model's dtype, as without the flag; a dtype the model does not know
+            # (a fork's) is left to --kv-cache-dtype rather than failing on the user's behalf
+            if value != "auto" and value.lower().removeprefix("torch.") in kvmodel.DTYPE_BYTES:
+                found[name] = value
+        elif value.isdigit() and int(value) > 0:
+            found[name] = int(value)
+    return found
+
+
 def logged_capacity(path: str) -> dict[str, float]:
     """The last KV-sizing figures a vLLM log printed (names as in `compute`'s output)."""
     frames = parse_path(path)
@@ -233,9 +273,19 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             args.context_source = "log"
     if args.gpu_memory_utilization is None:
         args.gpu_memory_utilization = DEFAULT_UTILIZATION
+    taken: dict[str, int | str] = {}
+    if args.log:
+        for name, value in logged_settings(args.log).items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
+                taken[name] = value
+    for name, default in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     out = _compute(args)
     if logged is not None:
         out["logged"] = logged
+        out["settings_from_log"] = taken
         logged_context = logged.get("context_len")
         if "max_concurrency" in logged and logged_context and logged_context != out["context_len"]:
             # Concurrency depends on the request length: compare at the length vLLM logged.

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -40,6 +41,15 @@ DEFAULT_START = "2026-01-15T14:00:00+00:00"
 # max_num_seqs values the HTML report's what-if curve replays (plus each deployment's own):
 # around the A10G's knee (about 19 requests fit its KV cache at the mean length).
 WHATIF_SWEEP = (8, 16, 24, 32, 64)
+# The live service follows logs, and stock V1 logs carry no preemption count (the batch report
+# takes it from the /metrics snapshots, which the service can only scrape live): with the
+# default era its preemption row and scatter would stay empty.
+SERVE_ERA: writers.Era = "v1-preemptions"
+SERVE_ERA_NOTE = (
+    "--serve: logs written as vLLM 0.11.1 with PR #38452 (`Preemptions: N` in the stats line), "
+    "so the live page has preemption counts; stock V1 logs carry none: on a real deployment "
+    "give `serve` --scrape http://VLLM:8000/metrics too."
+)
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,7 @@ def report_command(artefacts: Sequence[Artefacts]) -> str:
     words = ["preemptscope", "report", *(f"{a.log}={a.name}" for a in artefacts)]
     for a in artefacts:
         words += ["--metrics", f"{a.metrics_dir}={a.name}", "--bench", f"{a.bench}={a.name}"]
-    return " ".join(words)
+    return shlex.join(words)
 
 
 def register(subparsers: Any) -> None:
@@ -125,9 +135,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--era",
         choices=writers.ERAS,
-        default="v1",
-        help="log format: v0 (preemption WARNING every 50th), v1 (no preemption lines), "
-        "v1-preemptions (`Preemptions: N` in stats)",
+        help="log format: v0 (preemption WARNING every 50th), v1 (no preemption lines; the "
+        "default), v1-preemptions (`Preemptions: N` in stats; the default with --serve)",
     )
     parser.add_argument("--duration", default="10m", help="simulated traffic (default 10m)")
     parser.add_argument("--window", default="60s", help="analysis window (default 60s)")
@@ -153,12 +162,17 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     err = Console(stderr=True)
     scenarios = demo_scenarios(seed=args.seed, duration=duration)
+    if args.serve:  # a bad --port or PREEMPTSCOPE_* fails now, not after the whole demo
+        check_serve([s.name for s in scenarios], out=out, port=args.port)
+    era = args.era or (SERVE_ERA if args.serve else "v1")
+    if args.serve and args.era is None:
+        err.print(SERVE_ERA_NOTE, soft_wrap=True, markup=False, highlight=False)
     artefacts = []
     for scenario in scenarios:
         result = simulate(scenario.workload, scenario.config)
         artefacts.append(
             write_artefacts(
-                result, name=scenario.name, out=out, era=args.era, start=start, window=window
+                result, name=scenario.name, out=out, era=era, start=start, window=window
             )
         )
     report = report_on(artefacts, window=window, year=start.year)
@@ -177,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"Files written under [bold]{out}/[/bold]: " + ", ".join(
             f"{a.name}/{{vllm.log, metrics/, bench.json, ground-truth.json}}" for a in artefacts
         ))  # fmt: skip
-        console.print("Re-run the analysis yourself: " + report_command(artefacts))
+        # One unwrapped line (soft_wrap), no markup: pasting it must run the whole command.
+        console.print("Re-run the analysis yourself:")
+        console.print(report_command(artefacts), soft_wrap=True, markup=False, highlight=False)
     err.print(html_note)
     err.print(f"demo finished in {time.perf_counter() - began:.1f} s")
     if args.serve:
@@ -247,8 +263,28 @@ def _serve(
             "in this build yet; the files above are ready for it."
         )
         return 1
-    err.print("Starting: preemptscope " + " ".join(argv))
+    err.print(
+        "Starting: " + shlex.join(["preemptscope", *argv]),
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
     return cli.main(argv)
+
+
+def check_serve(names: Sequence[str], *, out: Path, port: int | None) -> None:
+    """Resolve the settings `_serve` will pass (flags and environment) before simulating."""
+    from preemptscope import cli, settings
+
+    planned = []
+    for name in names:
+        d = out / name
+        files = (d / "vllm.log", d / "metrics", d / "bench.json", d / "ground-truth.json")
+        planned.append(Artefacts(name, d, *files, truth={}))
+    argv = serve_argv(planned, state_dir=out / "serve-state", port=port)
+    parser = cli.build_parser("preemptscope.commands.serve")
+    if _serve_takes_logs(parser, argv):
+        settings.resolve(parser.parse_args(argv))
 
 
 def serve_argv(

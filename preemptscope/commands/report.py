@@ -21,7 +21,7 @@ from preemptscope import settings
 from preemptscope.analysis.analyze import AnalysisParams, DeploymentInputs, analyze
 from preemptscope.analysis.kvmodel import gpu_preset, model_preset
 from preemptscope.analysis.render import render_report
-from preemptscope.analysis.report import DeploymentReport, Report
+from preemptscope.analysis.report import DeploymentReport, Report, SourceSummary
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.sim.whatif import WhatIfOutcome
@@ -85,6 +85,12 @@ def register(subparsers: Any) -> None:
         help="vllm bench serve --save-detailed JSON, GuideLLM benchmarks.json, CSV/JSONL rows",
     )
     parser.add_argument("--window", default="60s", help="window length (default 60s)")
+    parser.add_argument(
+        "--min-episode",
+        default=f"{AnalysisParams.min_episode_s:g}s",
+        help="shortest overload that makes a deployment over capacity, measured from its own "
+        f"records, not window edges (default {AnalysisParams.min_episode_s:g}s)",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument("--html", metavar="FILE", help="also write the HTML report")
     parser.add_argument(
@@ -182,7 +188,7 @@ def whatif_sweeps(
             continue
         replay = build_replay(
             dep.capacity,
-            **replay_inputs(item),
+            replay_inputs(item),
             preemptions=dep.preemptions.total,
             base=base,
             presets_given=bool(model or gpu),
@@ -198,8 +204,16 @@ def whatif_sweeps(
 
 
 def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Report]:
+    skipped: list[SourceSummary] = []
+
+    def skip(source: SourceSummary) -> None:
+        skipped.append(source)
+        if args.json:  # the terminal report shows the note under its sources table
+            print(f"preemptscope: warning: {source.path}: {source.notes[-1]}", file=sys.stderr)
+
     params = AnalysisParams(
         window_s=parse_duration(args.window),
+        min_episode_s=parse_duration(args.min_episode),
         now=parse_time(args.now) if args.now else None,
     )
     options = LoadOptions(
@@ -209,10 +223,13 @@ def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Repo
             tz=args.tz,
         ),
         bench_start=parse_time(args.bench_start) if args.bench_start else None,
+        on_skip=skip,
     )
     inputs = load_inputs(args.paths, args.metrics, args.bench, options=options)
     report = analyze(inputs, params)
-    return inputs, dataclasses.replace(report, generated_at=datetime.now(UTC))
+    # Inputs that held no vLLM line stay in the sources, each with a note saying why.
+    sources = [*report.sources, *skipped]
+    return inputs, dataclasses.replace(report, generated_at=datetime.now(UTC), sources=sources)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -301,12 +301,33 @@ def test_log_free_memory_line_feeds_capacity(
     out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log))
     assert out["kv_memory_gib"] == 36.88 and out["logged"]["gpu_memory_gib"] == 47.37
     # without the KV figure, the logged GPU size and utilization are the GPU flags
-    log.write_text(
-        "(EngineCore_DP0 pid=1) ValueError: Free memory on device cuda:0 (27.28/31.86 GiB) on "
-        "startup is less than desired GPU memory utilization (0.97, 30.9 GiB). Decrease GPU "
-        "memory utilization or reduce GPU memory used by other processes.\n"
+    log.write_text(  # V0's memory profile (v0.6.5 - v0.10.2), no KV figure on this line
+        "(VllmWorkerProcess pid=507) INFO 04-12 08:21:19 [worker.py:267] the current vLLM "
+        "instance can use total_gpu_memory (31.86GiB) x gpu_memory_utilization (0.97) = "
+        "30.90GiB\n"
         "(APIServer pid=1) INFO 05-01 10:00:00 [model.py:1554] Using max model len 4096\n"
     )
     out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log))
     assert (out["gpu_memory_gib"], out["gpu_memory_utilization"]) == (31.86, 0.97)
     assert (out["context_len"], out["context_source"]) == (4096, "log")
+
+
+def test_log_serving_settings_are_used_unless_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "(APIServer pid=1) INFO 05-01 10:00:00 [utils.py:233] non-default args: {'model': "
+        "'Qwen/Qwen3-1.7B', 'tensor_parallel_size': 2, 'block_size': 32, 'kv_cache_dtype': "
+        "'fp8'}\n"
+        "(Worker_TP0 pid=2) INFO 05-01 10:00:30 [gpu_worker.py:298] Available KV cache memory: "
+        "6.51 GiB\n"
+        "(EngineCore_DP0 pid=3) INFO 05-01 10:00:31 [kv_cache_utils.py:868] Maximum concurrency "
+        "for 32,768 tokens per request: 1.30x\n"
+    )
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log))
+    assert out["settings_from_log"] == {"tp": 2, "block_size": 32, "kv_cache_dtype": "fp8"}
+    assert (out["tensor_parallel_size"], out["block_size"]) == (2, 32)
+    assert out["bytes_per_token"] == 28 * 2 * (8 // 2) * 128 * 1  # fp8, half the KV heads
+    flagged = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log), "--tp", "1")
+    assert flagged["tensor_parallel_size"] == 1 and "tp" not in flagged["settings_from_log"]

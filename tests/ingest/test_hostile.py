@@ -87,6 +87,14 @@ def test_text_after_a_word_on_a_bare_line_is_no_record() -> None:
     assert frames["other"]["message"].to_list() == [f"ValueError: bad input {PREEMPT[36:]}"]
 
 
+def test_an_exception_message_starts_a_sizing_record_only() -> None:
+    # `ValueError: Free memory on device ...` is vLLM's refusal; a preemption record right
+    # after an exception's name is a user's text echoed, and stays a message.
+    frames = parse([f"ValueError: {PREEMPT[35:]}", f"KeyError: {STATS[37:]}"])
+    assert frames["preemption_warning"].height == 0
+    assert frames["scheduler_stats"].height == 0
+
+
 def test_glued_records_of_a_paste_are_still_split() -> None:
     line = f"(_AsyncLLMEngine pid=1974) {REAL_STATS} (_AsyncLLMEngine pid=1974) {REAL_STATS}"
     frames = parse([line])
@@ -174,4 +182,4 @@ def test_a_huge_ray_repeat_count_costs_one_line_not_memory() -> None:
     line = "(RayWorkerWrapper pid=263) " + REAL_STATS + " [repeated 999999999x across cluster]"
     frames = parse([REAL_STATS, line])
     assert frames["scheduler_stats"].height == 1
-    assert frames["unrecognized"]["reason"][0].startswith("number out of range: Ray repeat")
+    assert frames["unrecognized"]["reason"][0].startswith("Ray repeat count above")

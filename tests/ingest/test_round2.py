@@ -17,7 +17,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from preemptscope.ingest.logs import LogFrames, ParseOptions, parse_lines, parse_path
+from preemptscope.ingest.logs import ParseOptions, parse_lines, parse_path
+from preemptscope.ingest.schema import LogFrames
 from preemptscope.ingest.summary import LogSummary
 
 from .conftest import FIXTURES
@@ -87,12 +88,13 @@ def test_round2_both_routes_agree(name: str) -> None:
 
 
 # What is left unrecognised in the round-2 logs is text no program printed: shell commands,
-# `...` elisions, a fork's journald print lines and a quoted paste. Every vLLM line is read.
+# `...` elisions and the wrapped tail of a quoted exception (its `▎ ValueError: …` line is
+# read). Every vLLM line is read; a fork's prints behind journald's `авг 18 14:14:59 llm
+# python3[28148]: ` are that process's output.
 LEFT_UNRECOGNISED = {
-    "106": [1, 3, 4, 5],
     "108": [1, 3],
     "124": [1, 2],
-    "130": [2, 3, 4],
+    "130": [3, 4],
 }
 
 
@@ -269,6 +271,19 @@ DESKTOP = [
 ]
 
 
+def test_naive_iso_wrapper_gives_the_year_only(tmp_path: Path) -> None:
+    lines = [
+        "2025-07-10T08:59:40.123 ERROR 07-09 17:59:40 [core.py:586] EngineCore failed to start.",
+        "2025-07-10T08:59:41.000000001Z INFO 07-10 08:59:41 [core.py:587] zoned: the time too",
+    ]
+    for frames in _both(lines, tmp_path, year=2020):
+        assert frames.year_source == "wrapper"
+        assert frames["other"]["timestamp"].to_list() == [
+            datetime(2025, 7, 9, 17, 59, 40, tzinfo=UTC),
+            datetime(2025, 7, 10, 8, 59, 41, tzinfo=UTC),
+        ]
+
+
 def test_docker_desktop_wrapper_keeps_level_location_and_gives_the_year(tmp_path: Path) -> None:
     path = tmp_path / "desktop.log"
     path.write_text("".join(f"{line}\n" for line in DESKTOP), encoding="utf-8")
@@ -307,6 +322,9 @@ RAY = [
 
 
 def test_ray_repeated_lines_stand_for_their_count(tmp_path: Path) -> None:
+    # Ray's own test (python/ray/tests/test_output.py, test_dedup_logs): 10 prints give the
+    # first line and one line with `[repeated 9x across cluster]`. So the suffixed line stands
+    # for N lines, N + 1 with the first one.
     for frames in _both(RAY, tmp_path):
         acc = frames.accounting
         # Physical lines still add up: a suffixed line is one parsed line with several rows.
@@ -402,3 +420,87 @@ def test_time_from_name(name: str, expected: datetime | None) -> None:
     from preemptscope.ingest._time import time_from_name
 
     assert time_from_name(name) == expected
+
+
+def test_journald_wrapped_prints_are_that_process_output() -> None:
+    # round-2 106: a fork's print lines behind `авг 18 14:14:59 llm python3[28148]: `
+    frames = parse_path(_file("106"), options=ParseOptions(year=2026))
+    prints = frames["other"].filter(pl.col("level").is_null())
+    assert prints.select("line", "process", "pid").rows() == [
+        (1, "python3", 28148),
+        (3, "python3", 28148),
+        (4, "python3", 28147),
+        (5, "python3", 28145),
+    ]
+    kv = frames["kv_capacity"]  # the vLLM lines behind the same wrapper keep their prefix
+    assert kv.select("process", "kind").rows()[0] == ("Worker_TP0", "available_kv_memory")
+
+
+def test_ray_repeat_count_is_bounded(tmp_path: Path) -> None:
+    from preemptscope.ingest import catalogue as cat
+
+    lines = [
+        f"(task pid=1) INFO 02-05 09:08:19 [a.py:1] hi [repeated {cat.RAY_REPEAT_MAX}x across "
+        "cluster]",
+        "(task pid=1) INFO 02-05 09:08:19 [a.py:1] hi [repeated 999999999999x across cluster]",
+    ]
+    for frames in _both(lines, tmp_path):
+        assert frames["other"].height == cat.RAY_REPEAT_MAX
+        (reason,) = frames["unrecognized"]["reason"].to_list()
+        assert reason == f"Ray repeat count above {cat.RAY_REPEAT_MAX}"
+
+
+def test_other_shortened_headers(tmp_path: Path) -> None:
+    lines = [
+        "INFO 05-09 ... [gpu_worker.py:489] Available KV cache memory: 4.11 GiB",
+        "(EngineCore pid=1) INFO [kv_cache_utils.py:1778] GPU KV cache size: 326,112 tokens",
+        "WARNING … Something odd",
+        "INFO done here",  # a level and a word: not a header
+    ]
+    for frames in _both(lines, tmp_path):
+        kv = frames["kv_capacity"]
+        assert kv.select("line", "process", "level", "value").rows() == [
+            (1, None, "INFO", 4.11),
+            (2, "EngineCore", "INFO", 326112.0),
+        ]
+        assert frames["other"].select("line", "level", "message").rows() == [
+            (3, "WARNING", "Something odd")
+        ]
+        assert frames["unrecognized"]["line"].to_list() == [4]
+
+
+def test_tracebacks_behind_a_compose_prefix(tmp_path: Path) -> None:
+    # docker compose puts its service column in front of every line (round-2 104's shape).
+    lines = [
+        "vllm-1  | (EngineCore pid=1) ERROR 10-05 02:14:25 [core.py:1010] EngineCore failed.",
+        "vllm-1  | (EngineCore pid=1) Traceback (most recent call last):",
+        "vllm-1  | Traceback (most recent call last):",
+        'vllm-1  |   File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 1001',
+        "vllm-1  |     engine_core = EngineCoreProc(*args, **kwargs)",
+        "vllm-1  | ValueError: No available memory for the cache blocks.",
+        "vllm-1  | hello world",
+    ]
+    for frames in _both(lines, tmp_path):
+        other = frames["other"]
+        assert other.select("line", "process", "level").rows() == [
+            (1, "EngineCore", "ERROR"),
+            (2, "EngineCore", None),
+            (3, None, None),
+            (4, None, None),
+            (5, None, None),
+            (6, None, None),
+        ]
+        assert frames["unrecognized"]["line"].to_list() == [7]  # text of unknown shape
+
+
+def test_python_warnings_are_output(tmp_path: Path) -> None:
+    lines = [  # round-1 corpus 066's shape (torch), and one behind a worker prefix
+        "/usr/local/lib/python3.12/dist-packages/torch/utils/cpp_extension.py:2356: UserWarning: "
+        "TORCH_CUDA_ARCH_LIST is not set, all archs for visible cards are included.",
+        "(Worker pid=3) /x/y.py:12: FutureWarning: `foo` is deprecated",
+    ]
+    for frames in _both(lines, tmp_path):
+        assert frames["other"].select("line", "process", "level").rows() == [
+            (1, None, None),
+            (2, "Worker", None),
+        ]
