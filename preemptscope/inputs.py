@@ -7,7 +7,7 @@ Grouping is logic, so it lives below both the CLI (`preemptscope report`, `demo`
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -17,12 +17,15 @@ import polars as pl
 from preemptscope.analysis.analyze import DeploymentInputs
 from preemptscope.analysis.report import SourceSummary
 from preemptscope.errors import ConfigError
+from preemptscope.fleet import Fleet, join_local
 from preemptscope.ingest import bench, metrics
 from preemptscope.ingest.logs import ParseOptions, iter_log_paths, parse_path
 from preemptscope.ingest.schema import LogFrames
 
 SCRAPE_TIMEOUT_S = 10.0
 _NAME = re.compile(r"^[\w.@:-]+$")
+# Kubernetes names: namespace/pod (the fleet and kubelet log paths name deployments so).
+_POD_NAME = re.compile(r"^[\w.@:-]+/[\w.@:-]+$")
 
 
 def split_spec(spec: str) -> tuple[str, str | None]:
@@ -32,6 +35,8 @@ def split_spec(spec: str) -> tuple[str, str | None]:
         query = re.split(r"[?&]", path)[-1] if "?" in path else "="
         # In "http://h/metrics?x=1" the "=" belongs to the query, not to a NAME.
         if path and _NAME.match(name) and "/" not in name and "=" in query:
+            return path, name
+        if path and _POD_NAME.match(name) and Path(path).exists():
             return path, name
     return spec, None
 
@@ -155,6 +160,23 @@ def load_inputs(
     for name, parts in latency_frames.items():
         by_name[name].latencies = pl.concat(parts, how="vertical")
     return list(by_name.values())
+
+
+def iter_inputs(
+    log_specs: Sequence[str],
+    metrics_specs: Sequence[str] = (),
+    bench_specs: Sequence[str] = (),
+    *,
+    options: LoadOptions | None = None,
+    fleet: Fleet | None = None,
+) -> Iterator[DeploymentInputs]:
+    """As load_inputs, plus every server of a Prometheus (`fleet`), read one at a time."""
+    given = bool(log_specs or metrics_specs or bench_specs)
+    if fleet is None or given:
+        local = load_inputs(log_specs, metrics_specs, bench_specs, options=options)
+    else:
+        local = []
+    yield from (join_local(fleet, local) if fleet is not None else local)
 
 
 def _read_metrics(spec: str, name: str, opts: LoadOptions) -> pl.DataFrame:
