@@ -332,7 +332,7 @@ def create_app(
             ],
         }
 
-    @app.get("/api/deployments/{name}", tags=["api"], dependencies=[guard])
+    @app.get("/api/deployments/{name:path}", tags=["api"], dependencies=[guard])
     async def deployment(name: str) -> Response:
         """Windows, verdict, evidence and advice of one deployment (the report JSON)."""
         snap, report = current()

@@ -21,6 +21,7 @@ from preemptscope.fleet import Fleet, join_local
 from preemptscope.ingest import bench, metrics
 from preemptscope.ingest.logs import ParseOptions, iter_log_paths, parse_path
 from preemptscope.ingest.schema import LogFrames
+from preemptscope.k8s import name_from_log_path
 
 SCRAPE_TIMEOUT_S = 10.0
 _NAME = re.compile(r"^[\w.@:-]+$")
@@ -42,9 +43,13 @@ def split_spec(spec: str) -> tuple[str, str | None]:
 
 
 def stem(path: str) -> str:
-    """A deployment name from a path or URL: the file name without .gz/.log/.json/... suffixes."""
+    """A deployment name from a path or URL: `namespace/pod` for a kubelet log path, else the
+    file name without .gz/.log/.json/... suffixes (the host for a URL)."""
     if path == "-":
         return "stdin"
+    pod = name_from_log_path(path)
+    if pod is not None:  # a kubelet log path: namespace/pod, not "0"
+        return pod
     if "://" in path:
         host = path.split("://", 1)[1].split("/", 1)[0]
         return host.replace(":", "_") or "metrics"

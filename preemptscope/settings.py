@@ -21,6 +21,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from preemptscope.errors import ConfigError
+from preemptscope.k8s import downward_api_name, name_from_log_path
 
 ENV_PREFIX = "PREEMPTSCOPE_"
 Kind = Literal["str", "int", "bool", "duration", "bytes", "list", "choice"]
@@ -482,6 +483,7 @@ def _check_unique(items: Sequence[str], flag: str) -> None:
 
 
 _DEPLOYMENT = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_POD_DEPLOYMENT = re.compile(r"^[A-Za-z0-9_.:-]{1,128}/[A-Za-z0-9_.:-]{1,128}$")
 
 
 def _split_target(item: str, flag: str) -> tuple[str, str | None]:
@@ -490,6 +492,9 @@ def _split_target(item: str, flag: str) -> tuple[str, str | None]:
     # In "http://h/metrics?a=b" the "=" belongs to the query, not to a DEPLOYMENT.
     query = re.split(r"[?&]", head)[-1] if "?" in head else "="
     if sep and head and _DEPLOYMENT.match(tail) and "/" not in tail and "=" in query:
+        return head, tail
+    # namespace/pod, as Kubernetes names a server (unless the whole item is an existing path).
+    if sep and head and _POD_DEPLOYMENT.match(tail) and "=" in query and not Path(item).exists():
         return head, tail
     if sep and not tail:
         raise ConfigError(f"{flag} {item}: empty deployment name after '='")
@@ -500,7 +505,9 @@ def parse_log_target(item: str) -> LogTarget:
     path, deployment = _split_target(item, "--log")
     if not path:
         raise ConfigError(f"--log {item!r}: empty path")
-    return LogTarget(path=path, deployment=deployment or Path(path).stem or path)
+    # Unnamed: a kubelet log path names its pod, a sidecar its own pod (downward API).
+    name = deployment or name_from_log_path(path) or downward_api_name()
+    return LogTarget(path=path, deployment=name or Path(path).stem or path)
 
 
 def parse_scrape_target(item: str) -> ScrapeTarget:
@@ -508,7 +515,8 @@ def parse_scrape_target(item: str) -> ScrapeTarget:
     if not re.match(r"^https?://[^/\s]+", url):
         raise ConfigError(f"--scrape {item!r}: expected an http:// or https:// URL")
     if deployment is None:
-        deployment = re.sub(r"^https?://", "", url).split("/", 1)[0]
+        # A sidecar's local scrape joins its log under the pod's name (downward API).
+        deployment = downward_api_name() or re.sub(r"^https?://", "", url).split("/", 1)[0]
     return ScrapeTarget(url=url, deployment=deployment)
 
 
