@@ -236,7 +236,7 @@ class PromClient:
         body = self.get_bytes("/api/v1/query", params)
         labels, samples = _matrix(body, self.url)
         # The selector includes its left end; chunks must not overlap.
-        return RawSamples(labels, samples.filter(pl.col("t") > lo))
+        return RawSamples(labels, samples.filter((pl.col("t") > lo) & (pl.col("t") <= hi)))
 
     def _checked(self, call: Any) -> Any:
         try:
@@ -359,7 +359,8 @@ def _bound(raw: str) -> float:
 # json.loads costs about 2 us per sample; the `values` arrays ([[t,"v"],...]) are cut out of
 # the body and read as CSV by Polars (about 0.1 us per sample), the small rest by json.
 
-_VALUES = re.compile(rb'"values":\[')
+_VALUES = re.compile(rb'"values"\s*:\s*\[')
+_PAIR_SEP = re.compile(rb"\]\s*,\s*\[")
 _STATUS = re.compile(rb'^\s*\{\s*"status"\s*:\s*"(\w+)"')
 
 
@@ -386,15 +387,21 @@ def _matrix(body: bytes, url: str) -> tuple[list[dict[str, str]], pl.DataFrame]:
     blocks: list[bytes] = []
     pos = 0
     for match in _VALUES.finditer(body):
-        begin = match.end()
-        stop = begin if body[begin : begin + 1] == b"]" else body.find(b"]]", begin) + 1
-        if stop <= 0:
-            raise PrometheusError(url, "truncated matrix answer")
+        begin = match.end()  # just after the outer "["
+        inner = body[begin:].lstrip()
+        if inner[:1] == b"]":
+            stop = len(body) - len(inner)
+            block = b""
+        else:
+            stop = body.find(b"]]", begin) + 1  # the outer "]"
+            if stop <= 0:
+                raise PrometheusError(url, "truncated matrix answer")
+            block = body[begin:stop].strip()[1:-1]  # t,"v"],[t,"v"
         index = len(blocks)
-        block = body[begin + 1 : stop - 1] if stop > begin else b""  # t,"v"],[t,"v"
         if block:
             prefix = b"%d," % index
-            blocks.append(prefix + block.replace(b"],[", b"\n" + prefix).replace(b'"', b""))
+            rows = _PAIR_SEP.sub(b"\n" + prefix, block).translate(None, b' \t\r"')
+            blocks.append(prefix + rows)
         else:
             blocks.append(b"")
         pieces += [body[pos : match.start()], b'"values":%d' % index]
@@ -406,6 +413,14 @@ def _matrix(body: bytes, url: str) -> tuple[list[dict[str, str]], pl.DataFrame]:
         if skeleton["data"].get("resultType") != "matrix":
             raise KeyError("resultType")
         labels = [{str(k): str(v) for k, v in item["metric"].items()} for item in result]
+        for position, item in enumerate(result):
+            if isinstance(item.get("values"), list):  # not cut out above: read as JSON
+                blocks.append(
+                    b"\n".join(b"%d,%s,%s" % (position, str(t).encode(), str(v).encode())
+                               for t, v in item["values"])
+                )  # fmt: skip
+            elif item.get("values") is not None and item["values"] != position:
+                raise KeyError("values")
     except (ValueError, KeyError, TypeError, AttributeError):
         raise PrometheusError(url, "expected a matrix answer from /api/v1/query") from None
     text = b"\n".join(b for b in blocks if b)

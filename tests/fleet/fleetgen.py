@@ -196,30 +196,38 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_prometheus(tsdb: Path, workdir: Path) -> Iterator[str]:
-    """Debian's prometheus on 127.0.0.1 serving `tsdb` (scraping nothing); yields its URL."""
+def running_prometheus(
+    tsdb: Path, workdir: Path, *, web_config: Path | None = None, ready: httpx.Client | None = None
+) -> Iterator[str]:
+    """Debian's prometheus on 127.0.0.1 serving `tsdb` (scraping nothing); yields its URL.
+
+    `web_config`: Prometheus' web configuration (TLS, basic auth); `ready` then is a client
+    able to pass it, used to wait for /-/ready.
+    """
     assert PROMETHEUS is not None
     config = workdir / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
     port = free_port()
     err = (workdir / "prometheus.err").open("w")
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tsdb}",
-            "--storage.tsdb.retention.time=100y",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=err,
-    )
-    url = f"http://127.0.0.1:{port}"
+    argv = [
+        PROMETHEUS,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={tsdb}",
+        "--storage.tsdb.retention.time=100y",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    if web_config is not None:
+        argv.append(f"--web.config.file={web_config}")
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+    tls = web_config is not None and "tls_server_config" in web_config.read_text()
+    scheme = "https" if tls else "http"
+    url = f"{scheme}://127.0.0.1:{port}"
+    probe = ready or httpx.Client()
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                if probe.get(f"{url}/-/ready", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
@@ -228,6 +236,8 @@ def running_prometheus(tsdb: Path, workdir: Path) -> Iterator[str]:
             time.sleep(0.2)
         yield url
     finally:
+        if ready is None:
+            probe.close()
         proc.terminate()
         try:
             proc.wait(timeout=20)
