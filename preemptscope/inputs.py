@@ -18,7 +18,7 @@ from preemptscope.analysis.analyze import DeploymentInputs
 from preemptscope.analysis.report import SourceSummary
 from preemptscope.errors import ConfigError
 from preemptscope.fleet import Fleet, join_local
-from preemptscope.ingest import bench, metrics
+from preemptscope.ingest import archive, bench, metrics
 from preemptscope.ingest.logs import ParseOptions, iter_log_paths, parse_path
 from preemptscope.ingest.schema import LogFrames
 from preemptscope.k8s import name_from_log_path
@@ -67,6 +67,9 @@ class LoadOptions:
     parse: ParseOptions = field(default_factory=ParseOptions)
     bench_start: datetime | None = None
     scrape_timeout_s: float = SCRAPE_TIMEOUT_S
+    # The time range read from Parquet archives (`parse --out` directories); None: all.
+    archive_start: datetime | None = None
+    archive_end: datetime | None = None
 
 
 def _resolve_names(
@@ -105,10 +108,16 @@ def load_inputs(
     opts = options or LoadOptions()
     # A directory is one deployment (its rotated files together), named after the directory.
     specs = []
+    archives: list[tuple[str, str | None]] = []
     for spec in log_specs:
         path, name = split_spec(spec)
+        if archive.is_archive(path):  # written by `parse --out`: read back, not parsed
+            archives.append((path, name))
+            continue
         specs.append(f"{path}={stem(path)}" if name is None and Path(path).is_dir() else spec)
     logs = list(iter_log_paths(specs)) if specs else []
+    archived = _read_archives(archives, opts)
+    logs += [(path, name) for name, (path, _) in archived.items()]
     others = [("metrics", *split_spec(s)) for s in metrics_specs]
     others += [("bench", *split_spec(s)) for s in bench_specs]
     named_logs, resolved = _resolve_names(logs, others)
@@ -123,6 +132,11 @@ def load_inputs(
         return by_name.setdefault(name, DeploymentInputs(name))
 
     for path, name in named_logs:
+        if name in archived and archived[name][0] == path:
+            frames = archived[name][1]
+            entry(name).logs.append(frames)
+            entry(name).sources.append(archive_summary(frames, name))
+            continue
         frames = parse_path(path, deployment=name, options=opts.parse)
         target = entry(name)
         target.logs.append(frames)
@@ -182,6 +196,37 @@ def iter_inputs(
     else:
         local = []
     yield from (join_local(fleet, local) if fleet is not None else local)
+
+
+def _read_archives(
+    archives: Sequence[tuple[str, str | None]], opts: LoadOptions
+) -> dict[str, tuple[str, LogFrames]]:
+    """Per deployment: (archive path, its frames); ARCHIVE=NAME reads only NAME's partitions."""
+    found: dict[str, tuple[str, LogFrames]] = {}
+    for path, name in archives:
+        frames = archive.read_archive(
+            path,
+            deployments=[name] if name is not None else None,
+            start=opts.archive_start,
+            end=opts.archive_end,
+        )
+        for deployment, item in frames.items():
+            if deployment in found:
+                raise ConfigError(f"{path}: deployment {deployment} is in two archives")
+            found[deployment] = (path, item)
+    return found
+
+
+def archive_summary(frames: LogFrames, name: str) -> SourceSummary:
+    return SourceSummary(
+        path=frames.source,
+        kind="log",
+        deployment=name,
+        records=frames.record_counts(),
+        vllm_version=frames.vllm_version,
+        log_era=frames.log_era,
+        notes=["read back from a Parquet archive (parse --out): its line counts are not stored"],
+    )
 
 
 def _read_metrics(spec: str, name: str, opts: LoadOptions) -> pl.DataFrame:

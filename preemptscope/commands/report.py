@@ -32,9 +32,10 @@ from preemptscope.analysis.sim.whatif import WhatIfOutcome, base_from_capacity, 
 from preemptscope.analysis.sim.workload import Workload
 from preemptscope.errors import ConfigError, InputError, PreemptscopeError
 from preemptscope.fleet import Fleet, FleetOptions, fleet_html, fleet_rows, fleet_table
+from preemptscope.ingest.archive import is_archive
 from preemptscope.ingest.logs import ParseOptions
 from preemptscope.ingest.promapi import PromAuth
-from preemptscope.inputs import LoadOptions, iter_inputs
+from preemptscope.inputs import LoadOptions, iter_inputs, split_spec
 
 # Severity order for --fail-on: "at_risk" also fails on "over_capacity".
 SEVERITY = {"ok": 0, "at_risk": 1, "over_capacity": 2}
@@ -80,7 +81,8 @@ def register(subparsers: Any) -> None:
         "paths",
         nargs="*",
         metavar="PATH[=NAME]",
-        help="vLLM log files, directories, globs or - (stdin); NAME groups them into a deployment",
+        help="vLLM log files, directories, globs or - (stdin), or a Parquet archive written by "
+        "parse --out; NAME groups them into a deployment (of an archive: reads only NAME)",
     )
     parser.add_argument(
         "--metrics",
@@ -143,7 +145,11 @@ def add_prometheus_args(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="read every vLLM server's history from this Prometheus HTTP API base URL",
     )
-    group.add_argument("--end", help="with --prometheus: ISO end of the range (default: now)")
+    group.add_argument(
+        "--end",
+        help="with --prometheus: ISO end of the range (default: now); with a Parquet archive "
+        "(parse --out DIR), the end of the time read from it",
+    )
     group.add_argument(
         "--since",
         metavar="DURATION",
@@ -187,7 +193,7 @@ def _secret(path: str, flag: str) -> str:
 
 def fleet_options(args: argparse.Namespace) -> FleetOptions | None:
     """The --prometheus flags as FleetOptions; None without --prometheus."""
-    fleet_only = ("end", "since", "selector", "group_by", "prometheus_token",
+    fleet_only = ("since", "selector", "group_by", "prometheus_token",
                   "prometheus_token_file", "prometheus_user", "prometheus_password_file",
                   "prometheus_ca_file")  # fmt: skip
     if not args.prometheus:
@@ -359,7 +365,12 @@ def build(args: argparse.Namespace) -> Built:
             tz=args.tz,
         ),
         bench_start=parse_time(args.bench_start) if args.bench_start else None,
+        # Without --prometheus, --start/--end also select the time range of Parquet archives.
+        archive_start=parse_time(args.start) if args.start and fleet is None else None,
+        archive_end=parse_time(args.end) if args.end and fleet is None else None,
     )
+    if args.end and fleet is None and not any(is_archive(split_spec(p)[0]) for p in args.paths):
+        raise ConfigError("--end ends the range read from --prometheus or a Parquet archive")
     inputs: list[DeploymentInputs] = []
     deployments: list[DeploymentReport] = []
     with contextlib.ExitStack() as stack:
