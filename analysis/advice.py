@@ -1,21 +1,32 @@
-"""Ranked advice with numbers derived from the data, in the order vLLM's docs rank the remedies.
+"""Ranked advice with numbers derived from the data and checked by simulation.
 
 vLLM's optimization guide, for preemption: (1) increase gpu_memory_utilization, (2) decrease
 max_num_seqs or max_num_batched_tokens, (3) increase tensor_parallel_size, then
 pipeline_parallel_size. Each suggestion only ever moves a flag in that direction (never the
 inverted advice some runbooks give), and is left out when the data shows it cannot help.
+
+Every numeric suggestion is then replayed on the observed workload (analysis/sim/observed.py)
+with a few candidate values: the one with the best predicted e2e p99 (then throughput) is
+shown with its predicted effect; a setting predicted worse than now on both p99 and throughput,
+or no better on anything, is dropped; the checked suggestions are ranked by predicted p99.
+Without a replayable workload the heuristic number stays, marked unverified.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from preemptscope.analysis import kvmodel
 from preemptscope.analysis.correlation import preemption_signal, run_duration_s, runs
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Advice, Capacity, Verdict, Window
+from preemptscope.analysis.sim.observed import Replay, check_changes
+from preemptscope.analysis.sim.whatif import WhatIfOutcome
+
+from preemptscope.errors import ConfigError
 
 # vLLM's default gpu_memory_utilization; the ceiling we suggest leaves room for CUDA graphs,
 # NCCL buffers and anything else sharing the GPU.
@@ -35,15 +46,33 @@ def onset_running(windows: Sequence[Window]) -> int | None:
     return min(values) if values else None
 
 
+ReplayFactory = Callable[[], Replay | None]
+
+
 def advise(
     verdict: Verdict,
     capacity: Capacity,
     windows: Sequence[Window],
     params: AnalysisParams | None = None,
+    replay: ReplayFactory | None = None,
 ) -> list[Advice]:
-    """Ranked remedies for a deployment that is over capacity or at risk; none otherwise."""
+    """Ranked remedies for a deployment that is over capacity or at risk; none otherwise.
+
+    `replay` builds the observed workload's replay (only called when there is advice to check).
+    """
     if verdict.state not in ("over_capacity", "at_risk"):
         return []
+    items = _heuristics(verdict, capacity, windows, params)
+    built = replay() if replay is not None and any(a.flag for a in items) else None
+    return _check(items, built, capacity)
+
+
+def _heuristics(
+    verdict: Verdict,
+    capacity: Capacity,
+    windows: Sequence[Window],
+    params: AnalysisParams | None,
+) -> list[Advice]:
     p = params if params is not None else AnalysisParams()
     items: list[Advice] = []
     if verdict.problem == "throughput":
@@ -52,7 +81,7 @@ def advise(
         for advice in (_raise_max_num_seqs(capacity, windows, p), _add_replicas(windows, p)):
             if advice is not None:
                 items.append(advice)
-        return [dataclasses.replace(a, rank=i + 1) for i, a in enumerate(items)]
+        return items
     if verdict.problem == "ordering":
         items.append(
             Advice(
@@ -72,7 +101,195 @@ def advise(
         if advice is not None:
             items.append(advice)
     items += [_more_gpus(capacity, "tensor"), _more_gpus(capacity, "pipeline")]
-    return [dataclasses.replace(a, rank=i + 1) for i, a in enumerate(items)]
+    return items
+
+
+# --- the check by simulation -------------------------------------------------------------
+
+# The flag each numeric action changes, as the simulator spells it.
+SIM_KEYS = {
+    "raise_gpu_memory_utilization": "gpu_memory_utilization",
+    "lower_max_num_seqs": "max_num_seqs",
+    "raise_max_num_seqs": "max_num_seqs",
+    "lower_max_num_batched_tokens": "max_num_batched_tokens",
+    "raise_tensor_parallel_size": "tensor_parallel_size",
+    "raise_pipeline_parallel_size": "pipeline_parallel_size",
+}
+MORE_GPUS = ("raise_tensor_parallel_size", "raise_pipeline_parallel_size")
+# Within this relative margin a predicted figure counts as unchanged (the replay's own noise).
+SAME = 0.02
+UNVERIFIED = (
+    " Unverified: no workload could be replayed (no client results with token counts and no "
+    "request lines or stats lines), so the simulator has not checked this number."
+)
+
+
+def _number(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def _candidates(action: str, advice: Advice, replay: Replay, capacity: Capacity) -> list[Any]:
+    """The heuristic's value and a few alternatives in the same direction."""
+    config = replay.config
+    suggested = _number(advice.suggested)
+    if action == "raise_gpu_memory_utilization":
+        current = config.gpu_memory_utilization
+        values = {round(min(MAX_SUGGESTED_UTILIZATION, current + d), 2) for d in (0.03, 0.05, 0.1)}
+        if suggested is not None:
+            values.add(round(suggested, 2))
+        return sorted(v for v in values if v > current)
+    if action in ("lower_max_num_seqs", "raise_max_num_seqs"):
+        current = config.max_num_seqs
+        peak = capacity.peak_running or current
+        if action == "lower_max_num_seqs":
+            pool = {round(min(current, peak) * f) for f in (0.5, 0.75, 0.9)}
+            keep = [
+                v for v in pool | ({int(suggested)} if suggested else set()) if 1 <= v < current
+            ]
+        else:
+            pool = {round(current * f) for f in (1.5, 2.0)}
+            keep = [v for v in pool | ({int(suggested)} if suggested else set()) if v > current]
+        return sorted(set(keep))
+    if action == "lower_max_num_batched_tokens":
+        current = config.max_num_batched_tokens
+        floor = max(MIN_BATCHED_TOKENS, config.max_num_seqs)
+        values = {max(floor, current // 2), max(floor, current // 4)}
+        if not config.enable_chunked_prefill:
+            values = {v for v in values if v >= config.max_model_len}
+        return sorted(v for v in values if v < current)
+    if action == "raise_tensor_parallel_size":
+        return [config.tensor_parallel_size * 2]
+    if action == "raise_pipeline_parallel_size":
+        return [config.pipeline_parallel_size * 2]
+    return []
+
+
+def _figures(o: WhatIfOutcome) -> dict[str, float | int | None]:
+    return {
+        "preemptions": o.preemptions,
+        "output_throughput": round(o.output_throughput, 3),
+        "e2e_p99": round(o.e2e_p99, 3) if o.e2e_p99 is not None else None,
+    }
+
+
+def _change(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or old <= 0:
+        return None
+    return new / old - 1.0
+
+
+def effect(now: WhatIfOutcome, new: WhatIfOutcome) -> str:
+    """ "preemptions 51 -> 0, tok/s -21 %, e2e p99 +53 %" """
+    parts = [f"preemptions {now.preemptions:,} -> {new.preemptions:,}"]
+    tput = _change(new.output_throughput, now.output_throughput)
+    if tput is not None:
+        parts.append(f"tok/s {tput:+.0%}".replace("%", " %"))
+    p99 = _change(new.e2e_p99, now.e2e_p99)
+    if p99 is not None:
+        parts.append(f"e2e p99 {p99:+.0%}".replace("%", " %"))
+    return ", ".join(parts)
+
+
+def _verdict(now: WhatIfOutcome, new: WhatIfOutcome) -> tuple[bool, bool]:
+    """(worse on both p99 and throughput, better on something)."""
+    tput = _change(new.output_throughput, now.output_throughput) or 0.0
+    p99 = _change(new.e2e_p99, now.e2e_p99) or 0.0
+    worse_both = tput < -SAME and p99 > SAME
+    better = tput > SAME or p99 < -SAME or new.preemptions < now.preemptions
+    return worse_both, better
+
+
+def _check(items: list[Advice], replay: Replay | None, capacity: Capacity) -> list[Advice]:
+    """Replay each numeric suggestion; keep, rank and annotate what the replay supports."""
+    checked: list[tuple[float, float, Advice]] = []
+    rest: list[Advice] = []
+    now: WhatIfOutcome | None = None
+    caveat = UNVERIFIED
+    if replay is not None and replay.replayable:
+        try:
+            now = replay.run()
+        except ConfigError:
+            now = None
+        seen = replay.observed.preemptions
+        if now is not None and seen is not None and not _reproduces(now.preemptions, seen):
+            # A replay that misses what happened cannot check what would happen.
+            caveat = (
+                f" Unverified: the replay of the observed workload shows {now.preemptions:,} "
+                f"preemptions where {seen:,} were counted, too far apart to check this number."
+            )
+            now = None
+    for advice in items:
+        key = SIM_KEYS.get(advice.action)
+        if key is None:
+            rest.append(advice)
+            continue
+        if now is None or replay is None:
+            rest.append(dataclasses.replace(advice, reason=advice.reason + caveat, verified=False))
+            continue
+        best: tuple[float, float, Any, WhatIfOutcome] | None = None
+        for value in _candidates(advice.action, advice, replay, capacity):
+            try:
+                check_changes(replay, {key: value})
+                new = replay.run({key: value})
+            except ConfigError:
+                continue
+            worse_both, better = _verdict(now, new)
+            if worse_both or not better:
+                continue
+            score = (new.e2e_p99 if new.e2e_p99 is not None else math.inf, -new.output_throughput)
+            if best is None or score < (best[0], best[1]):
+                best = (score[0], score[1], value, new)
+        if best is None:
+            continue  # the replay says it would not help: not suggested
+        _, _, value, new = best
+        shown = f"{value:.2f}" if isinstance(value, float) else str(value)
+        if advice.action == "raise_gpu_memory_utilization":
+            # The sizing text for the value the replay chose, not the heuristic's.
+            advice = _gpu_memory(capacity, (), target=value) or advice
+        checked.append(
+            (
+                best[0],
+                best[1],
+                dataclasses.replace(
+                    advice,
+                    suggested=shown,
+                    reason=_plain(advice.reason)
+                    + f" Replayed on the observed workload ({len(replay.workload or ())} "
+                    f"requests): {effect(now, new)}.",
+                    verified=True,
+                    predicted={"now": _figures(now), "with_change": _figures(new)},
+                ),
+            )
+        )
+    # Changes on the same GPUs first, then those that buy GPUs (vLLM's order); within each,
+    # the best predicted e2e p99, then throughput.
+    checked.sort(key=lambda t: (t[2].action in MORE_GPUS, t[0], t[1]))
+    head = [a for a in rest if a.action == "review_request_priorities"]
+    tail = [a for a in rest if a.action != "review_request_priorities"]
+    ordered = head + [a for *_, a in checked] + tail
+    return [dataclasses.replace(a, rank=i + 1) for i, a in enumerate(ordered)]
+
+
+def _reproduces(replayed: int, observed: int) -> bool:
+    """Close enough to trust the replay's comparisons: within max(5, 50 %)."""
+    return abs(replayed - observed) <= max(5.0, 0.5 * observed)
+
+
+def _plain(reason: str) -> str:
+    """The heuristic's sizing text, less claims the replay now answers for itself."""
+    for claim in (
+        " Requests queue a little longer (TTFT) instead of being evicted and recomputed "
+        "(tail latency).",
+        " A bigger batch serves more at once until KV or compute saturates; watch for "
+        "preemption after the change.",
+    ):
+        reason = reason.replace(claim, "")
+    return reason
 
 
 def _bytes_per_token_gib(capacity: Capacity) -> float | None:
@@ -88,12 +305,15 @@ def _demand_tokens(capacity: Capacity) -> int | None:
     return None
 
 
-def _gpu_memory(capacity: Capacity, windows: Sequence[Window]) -> Advice | None:
+def _gpu_memory(
+    capacity: Capacity, windows: Sequence[Window], *, target: float | None = None
+) -> Advice | None:
     logged = capacity.gpu_memory_utilization
     current = logged if logged is not None else DEFAULT_GPU_MEMORY_UTILIZATION
     if current >= MAX_SUGGESTED_UTILIZATION:
         return None
-    target = min(MAX_SUGGESTED_UTILIZATION, round(current + UTILIZATION_STEP, 2))
+    chosen = target
+    target = chosen or min(MAX_SUGGESTED_UTILIZATION, round(current + UTILIZATION_STEP, 2))
     per_token = _bytes_per_token_gib(capacity)
     total = capacity.gpu_memory_total_gib
     estimated = ""
@@ -113,7 +333,7 @@ def _gpu_memory(capacity: Capacity, windows: Sequence[Window]) -> Advice | None:
         if demand and demand > capacity.kv_cache_tokens:
             # The utilization at which the observed peak demand would fit (rounded up).
             needed = current + (demand - capacity.kv_cache_tokens) * per_token / total
-            if needed <= MAX_SUGGESTED_UTILIZATION:
+            if needed <= MAX_SUGGESTED_UTILIZATION and chosen is None:
                 target = max(math.ceil(needed * 100) / 100, round(current + 0.01, 2))
         extra_gib = (target - current) * total
         extra_tokens = int(extra_gib / per_token)

@@ -22,8 +22,10 @@ from preemptscope.analysis.events import find_events
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import (
     Capacity,
+    ClientRun,
     DeploymentReport,
     Evidence,
+    GroupSummary,
     LatencyStats,
     Preemptions,
     PreemptionSource,
@@ -31,6 +33,7 @@ from preemptscope.analysis.report import (
     SourceSummary,
     Window,
 )
+from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.verdict import decide
 from preemptscope.analysis.windows import (
     V0Counter,
@@ -38,8 +41,10 @@ from preemptscope.analysis.windows import (
     data_windows,
     window_start,
 )
+from preemptscope.ingest.bench import BenchRun
 from preemptscope.ingest.lifecycle import latencies_from_requests
 from preemptscope.ingest.schema import LogFrames, empty
+from preemptscope.ingest.versions import v0_warns_preemption
 
 __all__ = [
     "AnalysisParams",
@@ -70,16 +75,70 @@ class DeploymentInputs:
     metrics: pl.DataFrame | None = None  # METRIC_SAMPLES
     latencies: pl.DataFrame | None = None  # REQUEST_LATENCIES
     sources: list[SourceSummary] = field(default_factory=list)
+    # Client runs' whole-run figures, with the file they came from (summary-only results too).
+    runs: list[tuple[str, BenchRun]] = field(default_factory=list)
+    group: str | None = None  # the user's NAME when this is one server of several under it
 
 
 def analyze(inputs: Sequence[DeploymentInputs], params: AnalysisParams | None = None) -> Report:
     """Analyze every deployment; the report's sources are those of all inputs, in order."""
     p = params if params is not None else AnalysisParams()
+    deployments = [analyze_deployment(item, p) for item in inputs]
     return Report(
-        deployments=[analyze_deployment(item, p) for item in inputs],
+        deployments=deployments,
         sources=[source for item in inputs for source in item.sources],
         parameters=p.to_dict(),
+        groups=summarise_groups(deployments),
     )
+
+
+# Worst first: the group's state is its worst member's.
+_SEVERITY: dict[str, int] = {"over_capacity": 3, "at_risk": 2, "ok": 1, "insufficient_data": 0}
+
+
+def summarise_groups(deployments: Sequence[DeploymentReport]) -> list[GroupSummary]:
+    """One summary per group of servers, from the members' own reports (nothing re-added)."""
+    by_group: dict[str, list[DeploymentReport]] = {}
+    for d in deployments:
+        if d.group is not None:
+            by_group.setdefault(d.group, []).append(d)
+    out = []
+    for name, members in by_group.items():
+        states = {d.name: d.verdict.state for d in members}
+        worst = max(members, key=lambda d: _SEVERITY[d.verdict.state]).verdict.state
+        counts = [d.preemptions.total for d in members if d.preemptions.total is not None]
+        servers = [d for d in members if d.windows]
+        total = sum(counts) if counts and len(counts) == len(servers) else None
+        over = sum(1 for d in members if d.verdict.state == "over_capacity")
+        peaks = {d.name: d.capacity.peak_running for d in members}
+        each = ", ".join(f"{d.name} {d.verdict.state}" for d in members)
+        running = ", ".join(
+            f"{d.name} {d.capacity.peak_running}"
+            for d in members
+            if d.capacity.peak_running is not None
+        )
+        message = (
+            f"group {name}: {len(members)} members ({each}); {over} over capacity; "
+            + (f"preemptions {total} (the members' counts added)" if total is not None else
+               "no group preemption total (not every member has a count)")
+            + (f"; peak running per server: {running} (not added: separate engines)"
+               if running else "")
+        )  # fmt: skip
+        out.append(
+            GroupSummary(
+                name=name,
+                members=[d.name for d in members],
+                states=states,
+                state=worst,
+                servers_over_capacity=over,
+                preemptions_total=total,
+                preemptions_exact=total is not None and all(d.preemptions.exact for d in servers),
+                peak_running=peaks,
+                num_gpu_blocks={d.name: d.capacity.num_gpu_blocks for d in members},
+                message=message,
+            )
+        )
+    return out
 
 
 def _frames(logs: Iterable[LogFrames], kind: str) -> pl.DataFrame:
@@ -104,7 +163,17 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         (metrics, "timestamp"),
         (lat, "start"),
     )
-    table, v0 = build_window_table(stats, warnings, metrics, params, grid)
+    facts = capacity_facts(inputs.logs, metrics, lat, [])
+    v0_logs = [lf for lf in inputs.logs if lf.log_era in ("v0", "mixed")]
+    table, v0 = build_window_table(
+        stats,
+        warnings,
+        metrics,
+        params,
+        grid,
+        v0_warns=any(v0_warns_preemption(lf.vllm_version) for lf in v0_logs),
+        max_num_seqs=facts.max_num_seqs,
+    )
     latency_by_window = _latency(grid, metrics, lat, params)
     windows = [
         Window(
@@ -129,21 +198,50 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
             latency=latency_by_window[i],
             samples=row["samples"],
             queue_bound=row["queue_bound"],
+            evidence_first=row["evidence_first"],
+            evidence_last=row["evidence_last"],
         )
         for i, row in enumerate(table.iter_rows(named=True))
     ]
-    now = params.now or _last_timestamp(stats, warnings, metrics, lat)
-    preemptions = _preemption_summary(windows, v0, metrics)
-    capacity = capacity_facts(inputs.logs, metrics, lat, windows)
-    found = episodes(windows, params)
-    correlation = correlate(windows, params)
-    verdict = decide(windows, found, correlation, preemptions, capacity, params, now)
-    disjoint = _disjoint_sources(
-        {"log": stats, "/metrics": metrics, "client results": lat},
-        {"log": "timestamp", "/metrics": "timestamp", "client results": "start"},
+    spans = _source_spans(
+        {
+            "log": [(stats, "timestamp"), (warnings, "timestamp")],
+            "/metrics": [(metrics, "timestamp")],
+            "client results": [(lat, "start"), (_run_times(inputs.runs), "start")],
+        }
     )
+    runs = [client_run(path, run) for path, run in inputs.runs]
+    preemptions = _preemption_summary(windows, v0, metrics)
+    running = [w.running_max for w in windows if w.running_max is not None]
+    capacity = dataclasses.replace(
+        facts,
+        peak_running=max(running) if running else None,
+        # The demand from the client's own totals when no request row gives it.
+        mean_tokens_per_request=facts.mean_tokens_per_request
+        or next((r.mean_tokens_per_request for r in runs if r.mean_tokens_per_request), None),
+    )
+    correlation = correlate(windows, params)
+    found = episodes(windows, params, correlation.metric, _sampling_interval(stats, metrics))
+    over = [w for w in windows if w.over_capacity]
+    # The last over-capacity window's evidence (or start) lies inside its sources' span.
+    last_over = (over[-1].evidence_last or over[-1].start) if over else None
+    now = params.now or _span_end(spans, last_over)
+    verdict = decide(
+        windows,
+        found,
+        correlation,
+        preemptions,
+        capacity,
+        params,
+        now,
+        _no_count_reason(inputs.logs, metrics),
+    )
+    disjoint = _disjoint_evidence(spans, judged=params.now is None and len(spans) > 1)
     if disjoint is not None:
         verdict = dataclasses.replace(verdict, evidence=[*verdict.evidence, disjoint])
+    if runs:
+        extra = [run_evidence(i, r, correlation.metric, params) for i, r in enumerate(runs)]
+        verdict = dataclasses.replace(verdict, evidence=[*verdict.evidence, *extra])
     events = find_events(
         config=_frames(inputs.logs, "config"),
         warnings=warnings,
@@ -159,43 +257,233 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         verdict=verdict,
         preemptions=preemptions,
         capacity=capacity,
-        advice=advise(verdict, capacity, windows, params),
+        advice=advise(
+            verdict,
+            capacity,
+            windows,
+            params,
+            # Advice is checked by replaying the observed workload (analysis/sim/observed.py).
+            replay=lambda: build_replay(
+                capacity, **replay_inputs(inputs), preemptions=preemptions.total
+            ),
+        ),
         windows=windows,
         episodes=found,
         correlation=correlation,
         sources=_source_paths(inputs),
         events=events,
+        client_runs=runs,
+        group=inputs.group,
     )
 
 
-def _disjoint_sources(
-    frames: dict[str, pl.DataFrame | None], columns: dict[str, str]
-) -> Evidence | None:
-    """Sources of one deployment that never overlap in time: usually a wrong --tz or --year."""
-    spans: dict[str, tuple[datetime, datetime]] = {}
-    for name, frame in frames.items():
-        if frame is None or frame.is_empty():
+def _no_count_reason(logs: Sequence[LogFrames], metrics: pl.DataFrame | None) -> str:
+    """Why nothing counts preemptions here, in the words of the inputs given."""
+    reasons = []
+    eras = {lf.log_era for lf in logs if lf.log_era}
+    if eras & {"v1", "mixed"}:
+        reasons.append(
+            "a V1 log prints no preemption line, and its stats lines have no Preemptions field"
+        )
+    if eras & {"v0", "mixed"}:
+        reasons.append(
+            "V0 warns on preemptions only from v0.4.3, and this log is older or does not "
+            "print its version"
+        )
+    if metrics is not None:
+        reasons.append("the /metrics samples have no vllm:num_preemptions_total")
+    elif logs:
+        reasons.append("give /metrics for vLLM's exact counter")
+    return "; ".join(reasons) or "nothing in them counts preemptions"
+
+
+def _sampling_interval(stats: pl.DataFrame, metrics: pl.DataFrame | None) -> float:
+    """Median seconds between consecutive stats records (per file and engine), else scrapes."""
+    gaps: list[pl.Series] = []
+    if stats.height > 1:
+        s = stats.filter(pl.col("timestamp").is_not_null()).sort("timestamp")
+        gaps.append(
+            s.select(
+                pl.col("timestamp").diff().over(["source", "engine"]).dt.total_microseconds()
+            ).to_series()
+        )
+    if not gaps and metrics is not None and metrics.height:
+        stamps = metrics["timestamp"].drop_nulls().unique().sort()
+        gaps.append(stamps.diff().dt.total_microseconds())
+    values = pl.concat(gaps).drop_nulls() if gaps else pl.Series([], dtype=pl.Int64)
+    values = values.filter(values > 0)
+    median = values.median() if values.len() else None
+    return float(median) / 1e6 if isinstance(median, int | float) else 0.0
+
+
+def _run_times(runs: Sequence[tuple[str, BenchRun]]) -> pl.DataFrame:
+    """Start and end of the client runs that say when they ran, as one `start` column."""
+    times = [t for _, run in runs for t in (run.start, run.end) if t is not None]
+    return pl.DataFrame({"start": times}, schema={"start": pl.Datetime("us", "UTC")})
+
+
+def client_run(path: str, run: BenchRun) -> ClientRun:
+    """A client run's whole-run figures in the report's units and names."""
+    latency: dict[str, LatencyStats] = {}
+    for name, figures in run.stats.items():
+        if name not in ("e2e", "ttft", "tpot", "itl"):
             continue
-        times = frame[columns[name]].drop_nulls()
-        low, high = times.min(), times.max()
-        if isinstance(low, datetime) and isinstance(high, datetime):
-            spans[name] = (low, high)
-    names = list(spans)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            (a0, a1), (b0, b1) = spans[a], spans[b]
-            if a1 < b0 or b1 < a0:
-                gap = min(abs((b0 - a1).total_seconds()), abs((a0 - b1).total_seconds()))
-                when_a = f"{a0:%Y-%m-%d %H:%M} to {a1:%H:%M} UTC"
-                when_b = f"{b0:%Y-%m-%d %H:%M} to {b1:%H:%M} UTC"
-                return Evidence(
-                    "sources_disjoint",
-                    f"the {a} ({when_a}) and the {b} ({when_b}) never overlap "
-                    f"({gap / 3600:.1f} h apart): check --tz / --year for the log and "
-                    "--bench-start for client results",
-                    gap,
-                )
-    return None
+        ratio = (
+            figures.p99 / figures.mean
+            if figures.p99 is not None and figures.mean not in (None, 0)
+            else None
+        )
+        latency[name] = LatencyStats(
+            metric=name,  # type: ignore[arg-type]
+            source="run",
+            count=figures.count,
+            mean=figures.mean,
+            p50=figures.p50,
+            p90=figures.p90,
+            p99=figures.p99,
+            p99_over_mean=ratio,
+        )
+    tokens = None
+    if run.input_tokens is not None and run.output_tokens is not None and run.requests:
+        tokens = (run.input_tokens + run.output_tokens) / run.requests
+    return ClientRun(
+        source=path,
+        label=run.label,
+        start=run.start,
+        end=run.end,
+        duration_s=run.duration_s,
+        requests=run.requests,
+        failed=run.failed,
+        request_throughput=run.request_throughput,
+        goodput=run.goodput,
+        mean_tokens_per_request=tokens,
+        request_rate=run.request_rate
+        if run.request_rate is not None and math.isfinite(run.request_rate)
+        else None,
+        max_concurrency=run.max_concurrency,
+        latency=latency,
+    )
+
+
+def run_evidence(
+    index: int, run: ClientRun, metric: str | None, params: AnalysisParams
+) -> Evidence:
+    """One sentence per client run, from its own whole-run figures."""
+    chosen = metric if metric in run.latency else None
+    chosen = chosen or next((m for m in params.latency_preference if m in run.latency), None)
+    path = f"client_runs.{index}"
+    quotes: dict[str, float | int | str | None] = {f"{path}.label": run.label}
+    parts = []
+    if run.requests is not None:
+        quotes[f"{path}.requests"] = run.requests
+        parts.append(f"{run.requests} requests")
+    if run.duration_s is not None:
+        quotes[f"{path}.duration_s"] = run.duration_s
+        parts.append(f"in {run.duration_s:.1f} s")
+    if run.request_throughput is not None:
+        quotes[f"{path}.request_throughput"] = run.request_throughput
+        parts.append(f"({run.request_throughput:.2f} req/s)")
+    if run.goodput is not None:
+        quotes[f"{path}.goodput"] = run.goodput
+        parts.append(f"goodput {run.goodput:.2f} req/s")
+    when = (
+        f" from {run.start:%Y-%m-%d %H:%M:%S} UTC"
+        if run.start is not None
+        else " (the file does not say when it ran: not placed in time)"
+    )
+    figures = ""
+    value = None
+    if chosen is not None:
+        stats = run.latency[chosen]
+        lat = f"{path}.latency.{chosen}"
+        shown = []
+        if stats.p99 is not None:
+            quotes[f"{lat}.p99"] = stats.p99
+            shown.append(f"p99 {stats.p99:.3f} s")
+        if stats.mean is not None:
+            quotes[f"{lat}.mean"] = stats.mean
+            shown.append(f"mean {stats.mean:.3f} s")
+        if stats.p99_over_mean is not None:
+            quotes[f"{lat}.p99_over_mean"] = stats.p99_over_mean
+            shown.append(f"p99/mean {stats.p99_over_mean:.2f}")
+            value = stats.p99_over_mean
+        figures = f"; whole-run {chosen} " + ", ".join(shown) if shown else ""
+    return Evidence(
+        "client_run",
+        f"client run {run.label}{when}: " + " ".join(parts) + figures,
+        value,
+        quotes,
+    )
+
+
+Span = tuple[str, datetime, datetime]
+
+
+def _source_spans(
+    sources: dict[str, list[tuple[pl.DataFrame | None, str]]],
+) -> list[Span]:
+    """(source, first, last) time of each input kind that has timestamps."""
+    spans: list[Span] = []
+    for name, parts in sources.items():
+        lows, highs = [], []
+        for frame, column in parts:
+            if frame is None or frame.is_empty():
+                continue
+            times = frame[column].drop_nulls()
+            low, high = times.min(), times.max()
+            if isinstance(low, datetime) and isinstance(high, datetime):
+                lows.append(low)
+                highs.append(high)
+        if lows:
+            spans.append((name, min(lows), max(highs)))
+    return spans
+
+
+def _clusters(spans: Sequence[Span]) -> list[tuple[list[str], datetime, datetime]]:
+    """Sources that overlap in time, merged; disjoint groups stay apart, in time order."""
+    out: list[tuple[list[str], datetime, datetime]] = []
+    for name, low, high in sorted(spans, key=lambda s: s[1]):
+        if out and low <= out[-1][2]:
+            names, first, last = out[-1]
+            out[-1] = ([*names, name], first, max(last, high))
+        else:
+            out.append(([name], low, high))
+    return out
+
+
+def _span_end(spans: Sequence[Span], moment: datetime | None) -> datetime | None:
+    """The end of the data for recency: the end of the overlapping sources holding `moment`.
+
+    A source that does not overlap the others (a /metrics snapshot copied today beside an
+    old log) must not make the others' evidence old: each group is judged on its own span.
+    """
+    groups = _clusters(spans)
+    if not groups:
+        return None
+    if moment is not None:
+        before = [g for g in groups if g[1] <= moment]
+        if before:
+            return before[-1][2]
+    return groups[-1][2]
+
+
+def _disjoint_evidence(spans: Sequence[Span], *, judged: bool) -> Evidence | None:
+    """Sources of one deployment that never overlap in time: usually a wrong --tz or --year."""
+    groups = _clusters(spans)
+    if len(groups) < 2:
+        return None
+    (a_names, a0, a1), (b_names, b0, b1) = groups[0], groups[1]
+    gap = (b0 - a1).total_seconds()
+    a, b = " + ".join(a_names), " + ".join(b_names)
+    how = "recency is judged on each one's own span; " if judged else ""
+    return Evidence(
+        "sources_disjoint",
+        f"the sources are disjoint: the {a} ({a0:%Y-%m-%d %H:%M} to {a1:%Y-%m-%d %H:%M} UTC) "
+        f"and the {b} ({b0:%Y-%m-%d %H:%M} to {b1:%Y-%m-%d %H:%M} UTC) never overlap "
+        f"({gap / 3600:.1f} h apart): {how}check --tz / --year for the log and "
+        "--bench-start for client results",
+        gap,
+    )
 
 
 def _source_paths(inputs: DeploymentInputs) -> list[str]:
@@ -229,25 +517,6 @@ def _latency(
     return result
 
 
-def _last_timestamp(
-    stats: pl.DataFrame,
-    warnings: pl.DataFrame,
-    metrics: pl.DataFrame | None,
-    lat: pl.DataFrame | None,
-) -> datetime | None:
-    found: list[datetime] = []
-    for frame, column in ((stats, "timestamp"), (warnings, "timestamp"), (metrics, "timestamp")):
-        if frame is not None and frame.height:
-            value = frame[column].max()
-            if isinstance(value, datetime):
-                found.append(value)
-    if lat is not None:
-        value = lat["start"].max()
-        if isinstance(value, datetime):
-            found.append(value)
-    return max(found) if found else None
-
-
 def _preemption_summary(
     windows: Sequence[Window], v0: V0Counter, metrics: pl.DataFrame | None
 ) -> Preemptions:
@@ -275,6 +544,7 @@ def _preemption_summary(
         ),
         since_start=since,
         cache_reset_preemptions=sum(w.preemptions or 0 for w in counted if w.forced_preemptions),
+        unplaced=v0.unplaced,
     )
 
 

@@ -25,7 +25,8 @@ class AnalysisParams:
     reset_fraction: float = 0.8
     # An over-capacity episode must last this long (isolated windows are "at risk", not "over").
     min_episode_s: float = 120.0
-    # Non-over-capacity windows tolerated inside one episode (a 10-s stats line can miss a beat).
+    # Non-over-capacity windows tolerated inside one episode (a 10-s stats line can miss a beat);
+    # only windows with data of their own are bridged, never empty ones.
     episode_gap_windows: int = 1
     # An episode that ended more than this before `now` is history: "at risk", not "over capacity".
     stale_after_s: float = 3600.0
@@ -35,9 +36,18 @@ class AnalysisParams:
     at_risk_kv_fraction: float = 0.25
     # A window is queue-bound when mean waiting >= this fraction of mean running (and >= 1).
     queue_fraction: float = 0.25
+    # The batch is full when running reaches this fraction of max_num_seqs (per engine).
+    batch_full_fraction: float = 0.9
+    # Without a full batch, a queue is a backlog (a limit) only when it is at least as long as
+    # the batch and present on this share of the window's stats records.
+    queue_persistence: float = 0.8
     # A queue-bound run is over capacity when its waiting grows by this factor from first to
     # last window (demand above the service rate); a steady queue is only "at risk".
     queue_growth: float = 2.0
+    # A rank correlation counts as evidence only from this many window pairs on, positive,
+    # with a two-sided p-value below correlation_alpha (Bonferroni-adjusted over lags).
+    min_correlation_windows: int = 10
+    correlation_alpha: float = 0.05
     # Largest lag (in windows) tried when looking for the lag of strongest correlation.
     max_lag_windows: int = 5
     # Preferred latency metric for the correlation, first available wins. Inter-token latency

@@ -76,8 +76,10 @@ def _preemption_line(p: Preemptions) -> Text:
     quality = "exact" if p.exact else "lower bound"
     parts = [
         f"Preemptions: {p.total:,} ({quality}, from {p.evidence.replace('_', ' ')})",
-        f"in {p.windows_with_preemption} window(s)",
+        f"in {p.windows_with_preemption} of {p.windows_counted} window(s) with a count",
     ]
+    if p.unplaced:
+        parts.append(f"{p.unplaced:,} without a timestamp")
     if p.warning_lines:
         parts.append(f"{p.warning_lines} V0 warning line(s)")
     if p.since_start is not None:
@@ -144,16 +146,15 @@ def _parallel(c: Capacity) -> str | None:
     return f"{c.tensor_parallel_size or 1} / {c.pipeline_parallel_size or 1}"
 
 
-def _tail(window: Window) -> str:
-    for name in ("e2e", "itl", "tpot", "ttft"):
-        stats = window.latency.get(name)
-        if stats is not None and stats.p99_over_mean is not None:
-            limited = "*" if stats.bucket_limited else ""
-            return f"{stats.p99_over_mean:.1f}{limited} ({name})"
-    return "-"
+def _tail(window: Window, metric: str | None) -> str:
+    """p99/mean of the deployment's one latency metric (the correlation's), nothing else."""
+    stats = window.latency.get(metric) if metric is not None else None
+    if stats is None or stats.p99_over_mean is None:
+        return "-"
+    return f"{stats.p99_over_mean:.1f}{'*' if stats.bucket_limited else ''}"
 
 
-def windows_table(windows: Sequence[Window]) -> Table:
+def windows_table(windows: Sequence[Window], metric: str | None = None) -> Table:
     """Over-capacity and preempting windows first (up to MAX_WINDOW_ROWS), in time order."""
     interesting = [
         w
@@ -172,7 +173,8 @@ def windows_table(windows: Sequence[Window]) -> Table:
         f"; first {len(shown)} of {len(interesting)} notable" if shown else ""
     )
     table = Table(title=title, title_justify="left")
-    for name in ("start", "preempt", "KV max", "running", "waiting", "p99/mean", "state"):
+    tail = f"{metric} p99/mean" if metric is not None else "p99/mean"
+    for name in ("start", "preempt", "KV max", "running", "waiting", tail, "state"):
         table.add_column(name, justify="left" if name in ("start", "state") else "right")
     for w in shown:
         count = (
@@ -197,7 +199,7 @@ def windows_table(windows: Sequence[Window]) -> Table:
             _pct(w.kv_usage_max),
             _num(w.running_max),
             _num(w.waiting_max),
-            _tail(w),
+            _tail(w, metric),
             state,
         )
     return table
@@ -226,8 +228,8 @@ def sparkline(values: Sequence[float | None], top: float | None = None) -> str:
     return "".join(out)
 
 
-def timeline(windows: Sequence[Window]) -> Text | None:
-    """KV, waiting, preemptions and p99/mean over the whole period, one line each."""
+def timeline(windows: Sequence[Window], metric: str | None = None) -> Text | None:
+    """KV, waiting, preemptions and the latency metric's p99 and p99/mean, one line each."""
     if len(windows) < 2:
         return None
     rows = [
@@ -247,24 +249,21 @@ def timeline(windows: Sequence[Window]) -> Text | None:
             ],
             None,
         ),
-        ("p99", [_tail_value(w, "p99") for w in windows], None),
-        ("p99/mean", [_tail_value(w) for w in windows], None),
+        (f"{metric} p99", [_tail_value(w, metric, "p99") for w in windows], None),
+        (f"{metric} p99/mean", [_tail_value(w, metric) for w in windows], None),
     ]
     text = Text(f"Timeline {_time(windows[0].start)} → {_time(windows[-1].end)} (· no data)\n")
     shown = [row for row in rows if any(v is not None for v in row[1])]
     for i, (label, values, top) in enumerate(shown):
         end = "\n" if i < len(shown) - 1 else ""
-        text.append(f"  {label:<12}{sparkline(values, top)}{end}")
+        text.append(f"  {label:<16}{sparkline(values, top)}{end}")
     return text
 
 
-def _tail_value(window: Window, field: str = "p99_over_mean") -> float | None:
-    for name in ("e2e", "itl", "tpot", "ttft"):
-        stats = window.latency.get(name)
-        value = getattr(stats, field) if stats is not None else None
-        if value is not None:
-            return float(value)
-    return None
+def _tail_value(window: Window, metric: str | None, field: str = "p99_over_mean") -> float | None:
+    stats = window.latency.get(metric) if metric is not None else None
+    value = getattr(stats, field) if stats is not None else None
+    return float(value) if value is not None else None
 
 
 def _windows(n: int) -> str:
@@ -280,7 +279,9 @@ def _tail_figures(p99_over_mean: float | None, p99: float | None) -> str | None:
     return ", ".join(shown) if shown else None
 
 
-def _correlation_line(c: Correlation, *, has_windows: bool = True) -> Text | None:
+def _correlation_line(
+    c: Correlation, *, has_windows: bool = True, has_runs: bool = False
+) -> Text | None:
     """Tail latency with vs without preemption, and the rank correlation, in plain words.
 
     Every case reads as a sentence: both groups, only one of them, or no latency at all.
@@ -289,6 +290,11 @@ def _correlation_line(c: Correlation, *, has_windows: bool = True) -> Text | Non
     if c.metric is None:
         if not has_windows:
             return None
+        if has_runs:
+            return Text(
+                "Correlation: the client results hold whole-run figures only (no per-request "
+                "rows), so preemption cannot be set against the tail window by window"
+            )
         return Text(
             "Correlation: no latency in these inputs (client results, request log lines or "
             "/metrics histograms), so preemption cannot be set against the tail"
@@ -322,12 +328,19 @@ def _correlation_line(c: Correlation, *, has_windows: bool = True) -> Text | Non
             parts.append(f"no {c.metric} latency in the {_windows(n_without)} without preemption")
         else:
             parts.append("no window without preemption to compare")
-    if c.spearman_rho is not None:
-        parts.append(f"Spearman rho {c.spearman_rho:+.2f} (p99/mean)")
-    if c.spearman_rho_p99 is not None:
-        parts.append(f"{c.spearman_rho_p99:+.2f} (p99)")
-    if c.best_lag_windows is not None and c.best_lag_rho is not None:
-        parts.append(f"strongest at lag {c.best_lag_windows} ({c.best_lag_rho:+.2f})")
+    if c.conclusion == "too_few":
+        parts.append(f"rank correlation: too few windows to tell ({c.pairs} pair(s))")
+    elif c.spearman_rho is not None:
+        p = f", p = {c.p_value:.2g}" if c.p_value is not None else ""
+        parts.append(f"Spearman rho {c.spearman_rho:+.2f} (p99/mean, {c.pairs} windows{p})")
+        if c.spearman_rho_p99 is not None:
+            p99 = f", p = {c.p_value_p99:.2g}" if c.p_value_p99 is not None else ""
+            parts.append(f"{c.spearman_rho_p99:+.2f} (p99, {c.pairs_p99} windows{p99})")
+        if c.best_lag_windows and c.best_lag_rho is not None and c.best_lag_p_value is not None:
+            parts.append(
+                f"strongest at lag {c.best_lag_windows} ({c.best_lag_rho:+.2f}, "
+                f"{c.best_lag_pairs} pairs, adjusted p = {c.best_lag_p_value:.2g})"
+            )
     return Text(f"Correlation ({c.metric}): " + "; ".join(parts))
 
 
@@ -358,17 +371,19 @@ def deployment_panel(d: DeploymentReport) -> Panel:
     for e in d.verdict.evidence:
         parts.append(Text(f"• {e.message}"))
     parts.append(_preemption_line(d.preemptions))
-    correlation = _correlation_line(d.correlation, has_windows=bool(d.windows))
+    correlation = _correlation_line(
+        d.correlation, has_windows=bool(d.windows), has_runs=bool(d.client_runs)
+    )
     if correlation is not None:
         parts.append(correlation)
-    line = timeline(d.windows)
+    line = timeline(d.windows, d.correlation.metric)
     if line is not None:
         parts.append(line)
     events = _events_text(d.events)
     if events is not None:
         parts.append(events)
     if d.windows:
-        table = windows_table(d.windows)
+        table = windows_table(d.windows, d.correlation.metric)
         parts.append(table if table.row_count else Text(str(table.title)))
     if d.episodes:
         episodes = Table(title="Over-capacity episodes", title_justify="left")
@@ -409,3 +424,7 @@ def render_report(report: Report, console: Console) -> None:
                 console.print(Text(f"note ({source.path}): {note}", style="yellow"))
     for deployment in report.deployments:
         console.print(deployment_panel(deployment))
+    for group in report.groups:
+        style = STATE_STYLE[group.state]
+        console.print(Text.assemble(("Group ", "bold"), (group.state.upper(), style), "  "),
+                      Text(group.message))  # fmt: skip

@@ -32,7 +32,7 @@ class LatencyStats:
     """Tail and mean of one latency metric over one window, in seconds."""
 
     metric: LatencyMetric
-    source: Literal["histogram", "samples"]
+    source: Literal["histogram", "samples", "run"]  # run: the client's whole-run figures
     count: int
     mean: float | None
     p50: float | None
@@ -70,11 +70,15 @@ class Window:
     # Requests queue (waiting >= 1 and >= a quarter of running) while KV is not full: the limit
     # is max_num_seqs or compute, not the KV cache.
     queue_bound: bool = False
+    # First and last record (stats line, warning, scrape) in the window that shows the
+    # overload; null when the window is not over capacity or its evidence has no time.
+    evidence_first: datetime | None = None
+    evidence_last: datetime | None = None
 
 
 @dataclass(frozen=True)
 class Episode:
-    """A contiguous run of over-capacity windows."""
+    """A run of over-capacity windows, each with evidence of its own."""
 
     start: datetime
     end: datetime
@@ -83,6 +87,11 @@ class Episode:
     peak_kv_usage: float | None
     peak_waiting: int | None
     peak_p99_over_mean: float | None
+    # From the first to the last record that shows the overload (plus one sampling interval),
+    # so the length does not depend on where the window edges fall.
+    evidence_start: datetime | None = None
+    evidence_end: datetime | None = None
+    duration_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,19 @@ class Correlation:
     # preemption rate vs absolute p99: under sustained overload every request slows (queueing),
     # so p99 rises while p99/mean may not.
     spearman_rho_p99: float | None = None
+    # Window pairs behind spearman_rho (lag 0), its two-sided p-value and 95 % interval
+    # (Fisher z with the Fieller-Hartley-Pearson variance 1.06 / (n - 3)).
+    pairs: int = 0
+    p_value: float | None = None
+    rho_low: float | None = None
+    rho_high: float | None = None
+    best_lag_pairs: int = 0
+    best_lag_p_value: float | None = None  # Bonferroni-adjusted for the lags tried
+    pairs_p99: int = 0
+    p_value_p99: float | None = None
+    # "supports" (positive and significant), "against" (enough windows, no positive
+    # significant link), "too_few" (fewer than min_correlation_windows pairs), "none"
+    conclusion: Literal["supports", "against", "too_few", "none"] = "none"
 
 
 @dataclass(frozen=True)
@@ -109,6 +131,9 @@ class Evidence:
     code: str  # stable id, e.g. "preemptions", "kv_saturated", "p99_over_mean"
     message: str
     value: float | None = None
+    # The report fields the sentence quotes, by path inside the deployment's JSON (e.g.
+    # "preemptions.total"), with the values the sentence was written from.
+    quotes: dict[str, float | int | str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -128,6 +153,11 @@ class Advice:
     current: str | None
     suggested: str | None
     reason: str
+    # The change replayed on the observed workload (analysis/advice.py): True when it was,
+    # False when nothing could be replayed (the number is unverified), None: not a setting.
+    verified: bool | None = None
+    # Predicted figures now and with the change: preemptions, output tok/s, e2e p99 (s).
+    predicted: dict[str, dict[str, float | int | None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +173,7 @@ class Preemptions:
     # preemptions since the engine started, including any before the data began.
     since_start: int | None = None
     cache_reset_preemptions: int = 0  # of `total`, in bursts judged to be cache resets
+    unplaced: int = 0  # of `total`, counted by warnings without a timestamp (in no window)
 
 
 @dataclass(frozen=True)
@@ -193,6 +224,29 @@ class Event:
 
 
 @dataclass(frozen=True)
+class ClientRun:
+    """A client benchmark run's whole-run figures (a run-level source, not per window).
+
+    `start`/`end` place it on the time axis when the file says when it ran (else null).
+    `latency` holds the tool's own mean/median/p90/p99 per metric (e2e, ttft, tpot, itl).
+    """
+
+    source: str
+    label: str
+    start: datetime | None
+    end: datetime | None
+    duration_s: float | None
+    requests: int | None
+    failed: int | None
+    request_throughput: float | None  # completed requests / s
+    goodput: float | None  # requests / s within the run's SLOs
+    mean_tokens_per_request: float | None  # (input + output tokens) / completed requests
+    request_rate: float | None  # offered by the client; null for "as fast as possible"
+    max_concurrency: int | None
+    latency: dict[str, LatencyStats] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class DeploymentReport:
     name: str
     verdict: Verdict
@@ -204,6 +258,29 @@ class DeploymentReport:
     correlation: Correlation
     sources: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)  # restarts and config changes, by time
+    client_runs: list[ClientRun] = field(default_factory=list)
+    # Set when this deployment is one server of a group the user named (PATH=NAME).
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """Servers the user named as one (PATH=NAME): each analysed alone, then summarised.
+
+    Running counts, KV and windows are never added across servers (different engines);
+    only preemption counts add up, and only when every member has one.
+    """
+
+    name: str
+    members: list[str]
+    states: dict[str, VerdictState]
+    state: VerdictState  # the worst member's
+    servers_over_capacity: int
+    preemptions_total: int | None  # sum over members; null unless every member has a count
+    preemptions_exact: bool
+    peak_running: dict[str, int | None]  # per member, side by side
+    num_gpu_blocks: dict[str, int | None]
+    message: str
 
 
 @dataclass(frozen=True)
@@ -213,6 +290,7 @@ class Report:
     parameters: dict[str, Any] = field(default_factory=dict)
     generated_at: datetime | None = None
     schema_version: int = SCHEMA_VERSION
+    groups: list[GroupSummary] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = _jsonable(self)

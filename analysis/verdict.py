@@ -59,6 +59,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _lasting(seconds: float) -> str:
+    return "one record (no duration)" if seconds < 1 else f"{_duration(seconds)} by its records"
+
+
 def _hhmm(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -71,6 +75,7 @@ def decide(
     capacity: Capacity,
     params: AnalysisParams,
     now: datetime | None,
+    no_count_reason: str = "nothing in them counts preemptions",
 ) -> Verdict:
     samples = sum(w.samples for w in windows)
     data = [w for w in windows if w.samples > 0 or w.latency]
@@ -89,12 +94,14 @@ def decide(
                 float(samples),
             )
         )
-        evidence += _preemption_evidence(windows, active, preemptions)
+        evidence += _preemption_evidence(preemptions, no_count_reason)
+        evidence += _window_evidence(windows, preemptions)
         return Verdict("insufficient_data", evidence, "unknown")
 
-    evidence += _preemption_evidence(windows, active, preemptions)
+    evidence += _preemption_evidence(preemptions, no_count_reason)
+    evidence += _window_evidence(windows, preemptions)
     evidence += _queue_evidence(active, params)
-    evidence += _latency_evidence(correlation)
+    evidence += _latency_evidence(correlation, params)
     if len(data) > len(active):
         evidence.append(
             Evidence(
@@ -117,8 +124,15 @@ def decide(
             Evidence(
                 "episodes",
                 f"{len(episodes)} over-capacity episode(s) covering {len(over)} window(s); "
-                f"longest {_duration(episode_duration_s(longest))} from {_hhmm(longest.start)} "
-                f"to {_hhmm(longest.end)}",
+                f"longest {_lasting(episode_duration_s(longest))}, from "
+                f"{_hhmm(longest.evidence_start or longest.start)} to "
+                f"{_hhmm(longest.evidence_end or longest.end)}"
+                + (
+                    ""
+                    if current
+                    else f" (shorter than the {_duration(params.min_episode_s)} an episode "
+                    "needs, or long before the end of the data)"
+                ),
                 float(len(episodes)),
             )
         )
@@ -215,32 +229,58 @@ def _queue_run_evidence(run: Sequence[Window], params: AnalysisParams) -> Eviden
     )
 
 
-def _preemption_evidence(
-    windows: Sequence[Window], active: Sequence[Window], preemptions: Preemptions
-) -> list[Evidence]:
+def _preemption_evidence(preemptions: Preemptions, no_count_reason: str) -> list[Evidence]:
+    """The preemption count as the JSON holds it: total, windows with / with a count."""
+    p = preemptions
     out: list[Evidence] = []
-    with_p = [w for w in windows if (preemption_signal(w) or 0) > 0 and not w.likely_preempting]
-    if preemptions.evidence == "v0_warning_counter" and not preemptions.warning_lines:
+    if p.total is None:
+        if p.evidence == "none" and p.warning_lines == 0 and p.windows_counted == 0:
+            out.append(
+                Evidence(
+                    "preemptions",
+                    f"no preemption count in these inputs ({no_count_reason})",
+                    None,
+                    {"preemptions.total": None},
+                )
+            )
+    elif p.evidence == "v0_warning_counter" and not p.warning_lines:
         out.append(
             Evidence(
                 "preemptions",
-                "no preemption warning in this V0 log (V0 warns on the 1st, 51st, 101st, ... "
-                "preemption, so this is a lower bound of 0)",
-                0.0,
+                f"no preemption warning in this V0 log (V0 warns on the 1st, 51st, 101st, ... "
+                f"preemption): a lower bound of {p.total} in {p.windows_counted} window(s)",
+                float(p.total),
+                {"preemptions.total": p.total, "preemptions.windows_counted": p.windows_counted},
             )
         )
-    elif preemptions.total is not None:
-        quality = "exact" if preemptions.exact else "lower bound"
-        source = preemptions.evidence.replace("_", " ")
-        where = f" in {len(with_p)} of {len(active)} active windows" if active else ""
+    else:
+        quality = "exact" if p.exact else "lower bound"
+        source = p.evidence.replace("_", " ")
+        unplaced = (
+            f"; {p.unplaced} of them from warnings without a timestamp, in no window"
+            if p.unplaced
+            else ""
+        )
         out.append(
             Evidence(
                 "preemptions",
-                f"{preemptions.total} preemption{'' if preemptions.total == 1 else 's'} "
-                f"({quality}, from {source}){where}",
-                float(preemptions.total),
+                f"{p.total} preemption{'' if p.total == 1 else 's'} ({quality}, from {source}) "
+                f"in {p.windows_with_preemption} of {p.windows_counted} window(s) with a "
+                f"count{unplaced}",
+                float(p.total),
+                {
+                    "preemptions.total": p.total,
+                    "preemptions.windows_with_preemption": p.windows_with_preemption,
+                    "preemptions.windows_counted": p.windows_counted,
+                    "preemptions.unplaced": p.unplaced,
+                },
             )
         )
+    return out
+
+
+def _window_evidence(windows: Sequence[Window], preemptions: Preemptions) -> list[Evidence]:
+    out: list[Evidence] = []
     inferred = [w for w in windows if w.likely_preempting]
     if inferred:
         out.append(
@@ -260,6 +300,7 @@ def _preemption_evidence(
                 "look like cache resets (every running request preempted at once with KV low): "
                 "not counted as over capacity",
                 float(preemptions.cache_reset_preemptions),
+                {"preemptions.cache_reset_preemptions": preemptions.cache_reset_preemptions},
             )
         )
     if preemptions.since_start is not None and preemptions.since_start != preemptions.total:
@@ -269,6 +310,7 @@ def _preemption_evidence(
                 f"cumulative counter reached {preemptions.since_start} (since engine start, "
                 "including preemptions before or between the data)",
                 float(preemptions.since_start),
+                {"preemptions.since_start": preemptions.since_start},
             )
         )
     return out
@@ -316,17 +358,29 @@ def _queue_evidence(active: Sequence[Window], params: AnalysisParams) -> list[Ev
     return out
 
 
-def _latency_evidence(c: Correlation) -> list[Evidence]:
+def _latency_evidence(c: Correlation, params: AnalysisParams) -> list[Evidence]:
     out: list[Evidence] = []
     if c.metric is None:
         return out
+    n_with, n_without = c.windows_with_preemption, c.windows_without_preemption
+    base = {
+        "correlation.metric": c.metric,
+        "correlation.windows_with_preemption": n_with,
+        "correlation.windows_without_preemption": n_without,
+    }
     if c.p99_over_mean_with is not None and c.p99_over_mean_without is not None:
         out.append(
             Evidence(
                 "p99_over_mean",
                 f"{c.metric} p99/mean {c.p99_over_mean_with:.1f} in windows with preemption vs "
-                f"{c.p99_over_mean_without:.1f} in quiet windows (medians)",
+                f"{c.p99_over_mean_without:.1f} in quiet windows (medians over {n_with} and "
+                f"{n_without} windows)",
                 c.p99_over_mean_with,
+                {
+                    **base,
+                    "correlation.p99_over_mean_with": c.p99_over_mean_with,
+                    "correlation.p99_over_mean_without": c.p99_over_mean_without,
+                },
             )
         )
         if c.p99_with is not None and c.p99_without is not None:
@@ -336,6 +390,11 @@ def _latency_evidence(c: Correlation) -> list[Evidence]:
                     f"{c.metric} p99 {_seconds(c.p99_with)} in windows with preemption vs "
                     f"{_seconds(c.p99_without)} in quiet windows (medians)",
                     c.p99_with,
+                    {
+                        "correlation.metric": c.metric,
+                        "correlation.p99_with": c.p99_with,
+                        "correlation.p99_without": c.p99_without,
+                    },
                 )
             )
     elif c.p99_over_mean_with is not None:
@@ -343,26 +402,78 @@ def _latency_evidence(c: Correlation) -> list[Evidence]:
             Evidence(
                 "p99_over_mean",
                 f"{c.metric} p99/mean {c.p99_over_mean_with:.1f} in windows with preemption "
-                "(no quiet window to compare)",
+                f"(median over {n_with} windows; no quiet window to compare)",
                 c.p99_over_mean_with,
+                {
+                    "correlation.metric": c.metric,
+                    "correlation.windows_with_preemption": n_with,
+                    "correlation.p99_over_mean_with": c.p99_over_mean_with,
+                },
             )
         )
-    if c.spearman_rho is not None:
-        lag = ""
-        if c.best_lag_windows and c.best_lag_rho is not None:
-            lag = f"; strongest {c.best_lag_rho:+.2f} at a lag of {c.best_lag_windows} window(s)"
-        p99 = (
-            f"; with p99 itself {c.spearman_rho_p99:+.2f}" if c.spearman_rho_p99 is not None else ""
-        )
-        out.append(
-            Evidence(
-                "spearman_rho",
-                f"rank correlation of preemptions with {c.metric} p99/mean: "
-                f"{c.spearman_rho:+.2f}{lag}{p99}",
-                c.spearman_rho,
-            )
-        )
+    out += _rho_evidence(c, params)
     return out
+
+
+def _rho_evidence(c: Correlation, params: AnalysisParams) -> list[Evidence]:
+    """A rank correlation is evidence only when positive, significant and from enough windows."""
+    what = f"rank correlation of preemptions with {c.metric} p99/mean"
+    quotes: dict[str, float | int | str | None] = {
+        "correlation.pairs": c.pairs,
+        "correlation.conclusion": c.conclusion,
+    }
+    if c.conclusion == "too_few":
+        return [
+            Evidence(
+                "correlation_inconclusive",
+                f"{what}: too few windows to tell ({c.pairs} window pair(s); at least "
+                f"{params.min_correlation_windows} needed)",
+                None,
+                quotes,
+            )
+        ]
+    if c.spearman_rho is None or c.p_value is None or c.rho_low is None or c.rho_high is None:
+        return []
+    quotes |= {
+        "correlation.spearman_rho": c.spearman_rho,
+        "correlation.p_value": c.p_value,
+        "correlation.rho_low": c.rho_low,
+        "correlation.rho_high": c.rho_high,
+    }
+    figures = (
+        f"{c.spearman_rho:+.2f} over {c.pairs} windows (95 % interval {c.rho_low:+.2f} to "
+        f"{c.rho_high:+.2f}, p = {c.p_value:.2g})"
+    )
+    if c.conclusion != "supports":
+        return [
+            Evidence(
+                "correlation_inconclusive",
+                f"{what}: {figures}: no sign here that preemption raises the tail",
+                c.spearman_rho,
+                quotes,
+            )
+        ]
+    lag = ""
+    if (
+        c.best_lag_windows
+        and c.best_lag_rho is not None
+        and c.best_lag_rho > 0
+        and c.best_lag_p_value is not None
+        and c.best_lag_p_value < params.correlation_alpha
+        and c.best_lag_pairs >= params.min_correlation_windows
+    ):
+        lag = (
+            f"; strongest {c.best_lag_rho:+.2f} at a lag of {c.best_lag_windows} window(s) "
+            f"({c.best_lag_pairs} pairs, p = {c.best_lag_p_value:.2g} after trying "
+            f"{params.max_lag_windows + 1} lags)"
+        )
+        quotes |= {
+            "correlation.best_lag_windows": c.best_lag_windows,
+            "correlation.best_lag_rho": c.best_lag_rho,
+            "correlation.best_lag_pairs": c.best_lag_pairs,
+            "correlation.best_lag_p_value": c.best_lag_p_value,
+        }
+    return [Evidence("spearman_rho", f"{what}: {figures}{lag}", c.spearman_rho, quotes)]
 
 
 def _problem(

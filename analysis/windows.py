@@ -54,6 +54,8 @@ WINDOW_COLUMNS: dict[str, pl.DataType] = {
     "idle": pl.Boolean(),
     "over_capacity": pl.Boolean(),
     "queue_bound": pl.Boolean(),
+    "evidence_first": TIMESTAMP,
+    "evidence_last": TIMESTAMP,
 }
 
 
@@ -81,7 +83,9 @@ def _sum_or_null(column: str) -> pl.Expr:
     return pl.when(pl.col(column).count() > 0).then(pl.col(column).sum()).alias(column)
 
 
-def stats_windows(stats: pl.DataFrame, params: AnalysisParams) -> pl.DataFrame:
+def stats_windows(
+    stats: pl.DataFrame, params: AnalysisParams, max_num_seqs: int | None = None
+) -> pl.DataFrame:
     """Scheduler-stats records (logs) per window; engines and files of one deployment are summed."""
     s = stats.filter(pl.col("timestamp").is_not_null())
     # An "N Engines Aggregated" line (no engine index) repeats what per-engine lines of the same
@@ -113,7 +117,17 @@ def stats_windows(stats: pl.DataFrame, params: AnalysisParams) -> pl.DataFrame:
             # V0 "Swapped: N" > 0: N requests were preempted by swapping to CPU and wait there.
             | (pl.col("swapped").fill_null(0) > 0),
         )
+        .with_columns(
+            # This record itself shows the overload: a count, an inference, or a queue at full KV.
+            overloaded=(pl.col("preemptions").fill_null(0) > 0)
+            | pl.col("inferred").fill_null(False)
+            | (
+                (pl.col("gpu_kv_cache_usage").fill_null(0) >= params.kv_saturated)
+                & (pl.col("waiting").fill_null(0) > 0)
+            ),
+        )
     )
+    full_at = params.batch_full_fraction * max_num_seqs if max_num_seqs else None
     per_engine = s.group_by(["win", "source", "eng"]).agg(
         kv_max=pl.col("gpu_kv_cache_usage").max(),
         kv_mean=pl.col("gpu_kv_cache_usage").mean(),
@@ -127,6 +141,10 @@ def stats_windows(stats: pl.DataFrame, params: AnalysisParams) -> pl.DataFrame:
         inferred=pl.col("inferred").fill_null(False).any(),
         is_v0=(pl.col("era") == "v0").any(),
         records=pl.len(),
+        ev_first=pl.col("timestamp").filter(pl.col("overloaded")).min(),
+        ev_last=pl.col("timestamp").filter(pl.col("overloaded")).max(),
+        wait_share=(pl.col("waiting").fill_null(0) > 0).mean(),
+        batch_full=(pl.col("running").max() >= full_at) if full_at else pl.lit(False),
     )
     return per_engine.group_by("win").agg(
         s_kv_max=pl.col("kv_max").max(),
@@ -141,6 +159,10 @@ def stats_windows(stats: pl.DataFrame, params: AnalysisParams) -> pl.DataFrame:
         s_inferred=pl.col("inferred").any(),
         s_is_v0=pl.col("is_v0").any(),
         s_records=pl.col("records").sum(),
+        s_ev_first=pl.col("ev_first").min(),
+        s_ev_last=pl.col("ev_last").max(),
+        s_wait_share=pl.col("wait_share").min(),
+        s_batch_full=pl.col("batch_full").any(),
     )
 
 
@@ -170,6 +192,8 @@ def metric_windows(
         .iter_rows()
     )
 
+    evidence = _metric_evidence_times(m, params)
+
     def rate(value: float | None) -> float | None:
         return value / params.window_s if value is not None else None
 
@@ -190,9 +214,49 @@ def metric_windows(
             "m_preemptions": [whole(x) for x in preempted],
             "m_prompt_tp": [rate(x) for x in prompt],
             "m_gen_tp": [rate(x) for x in generated],
+            "m_ev_first": [evidence.get(w, (None, None))[0] for w in grid],
+            "m_ev_last": [evidence.get(w, (None, None))[1] for w in grid],
         },
         schema=_METRIC_COLS,
     )
+
+
+def _metric_evidence_times(
+    m: pl.DataFrame, params: AnalysisParams
+) -> dict[int, tuple[datetime, datetime]]:
+    """Per window, the first and last scrape that shows the overload.
+
+    A scrape shows it when the preemption counter went up since the series' previous scrape,
+    or KV is saturated with requests waiting.
+    """
+    counter = (
+        m.filter((pl.col("metric") == M_PREEMPTIONS) & (pl.col("sample") == "value"))
+        .sort("timestamp")
+        .with_columns(prev=pl.col("value").shift(1).over(["source", "model_name", "engine"]))
+        .filter(pl.col("prev").is_not_null() & (pl.col("value") != pl.col("prev")))
+        .select("timestamp")
+    )
+
+    def gauge(metric: str, how: pl.Expr) -> pl.DataFrame:
+        rows = m.filter((pl.col("metric") == metric) & (pl.col("sample") == "value"))
+        return rows.group_by("timestamp").agg(how.alias(metric))
+
+    kv = gauge(M_KV, pl.col("value").max())
+    waiting = gauge(M_WAITING, pl.col("value").sum())
+    full = (
+        kv.join(waiting, on="timestamp")
+        .filter((pl.col(M_KV) >= params.kv_saturated) & (pl.col(M_WAITING) > 0))
+        .select("timestamp")
+    )
+    times = pl.concat([counter, full.cast({"timestamp": counter.schema["timestamp"]})])
+    if times.is_empty():
+        return {}
+    per = (
+        times.with_columns(window_index("timestamp", params))
+        .group_by("win")
+        .agg(first=pl.col("timestamp").min(), last=pl.col("timestamp").max())
+    )
+    return {row[0]: (row[1], row[2]) for row in per.iter_rows()}
 
 
 def v0_warning_windows(
@@ -290,9 +354,18 @@ def build_window_table(
     metrics: pl.DataFrame | None,
     params: AnalysisParams,
     grid: Sequence[int],
+    *,
+    v0_warns: bool | None = None,
+    max_num_seqs: int | None = None,
 ) -> tuple[pl.DataFrame, V0Counter]:
-    """One row per window of `grid` (schema WINDOW_COLUMNS) from all evidence of a deployment."""
-    s = stats_windows(stats, params)
+    """One row per window of `grid` (schema WINDOW_COLUMNS) from all evidence of a deployment.
+
+    `v0_warns`: whether the V0 engine behind the log prints preemption warnings (v0.4.3+).
+    Only then does a V0 window without a warning count 0 (a lower bound); before v0.4.3, or
+    when nothing tells, such a window has no count. A warning seen proves it either way.
+    `max_num_seqs` (when known) tells a full batch from a momentary queue.
+    """
+    s = stats_windows(stats, params, max_num_seqs)
     m = metric_windows(metrics, grid, params) if metrics is not None else pl.DataFrame()
     high_kv: set[int] = set()
     for part, col in ((s, "s_kv_max"), (m, "m_kv_max")):
@@ -305,11 +378,24 @@ def build_window_table(
         {"win": list(v0_counts), "v_preemptions": list(v0_counts.values())},
         schema={"win": pl.Int64(), "v_preemptions": pl.Int64()},
     )
+    placed = warnings.filter(pl.col("timestamp").is_not_null())
+    if placed.height:
+        warned = (
+            placed.with_columns(window_index("timestamp", params))
+            .group_by("win")
+            .agg(v_ev_first=pl.col("timestamp").min(), v_ev_last=pl.col("timestamp").max())
+        )
+        v = v.join(warned.cast({"win": pl.Int64()}), on="win", how="full", coalesce=True)
+    else:
+        v = v.with_columns(
+            v_ev_first=pl.lit(None, dtype=TIMESTAMP), v_ev_last=pl.lit(None, dtype=TIMESTAMP)
+        )
     table = pl.DataFrame({"win": list(grid)}, schema={"win": pl.Int64()})
     table = table.join(_or_empty(s, _STATS_COLS), on="win", how="left")
     table = table.join(_or_empty(m, _METRIC_COLS), on="win", how="left")
     table = table.join(v, on="win", how="left")
-    return _derive(table, params, v0_present=v0.warning_lines > 0), v0
+    counts = v0.warning_lines > 0 or bool(v0_warns)
+    return _derive(table, params, v0_counts=counts, max_num_seqs=max_num_seqs), v0
 
 
 _STATS_COLS: dict[str, pl.DataType] = {
@@ -326,6 +412,10 @@ _STATS_COLS: dict[str, pl.DataType] = {
     "s_inferred": pl.Boolean(),
     "s_is_v0": pl.Boolean(),
     "s_records": pl.Int64(),
+    "s_ev_first": TIMESTAMP,
+    "s_ev_last": TIMESTAMP,
+    "s_wait_share": pl.Float64(),
+    "s_batch_full": pl.Boolean(),
 }
 _METRIC_COLS: dict[str, pl.DataType] = {
     "win": pl.Int64(),
@@ -340,6 +430,8 @@ _METRIC_COLS: dict[str, pl.DataType] = {
     "m_preemptions": pl.Int64(),
     "m_prompt_tp": pl.Float64(),
     "m_gen_tp": pl.Float64(),
+    "m_ev_first": TIMESTAMP,
+    "m_ev_last": TIMESTAMP,
 }
 
 
@@ -349,10 +441,12 @@ def _or_empty(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFra
     return frame.select([pl.col(name).cast(dtype) for name, dtype in schema.items()])
 
 
-def _derive(table: pl.DataFrame, p: AnalysisParams, *, v0_present: bool) -> pl.DataFrame:
-    # V0 windows without a warning still carry a (trivial) lower bound of 0 preemptions.
-    v0_covered = pl.col("s_is_v0").fill_null(False) | (
-        pl.lit(v0_present) & pl.col("s_records").is_not_null()
+def _derive(
+    table: pl.DataFrame, p: AnalysisParams, *, v0_counts: bool, max_num_seqs: int | None
+) -> pl.DataFrame:
+    # Where V0 warnings are a source, a window without one carries a lower bound of 0.
+    v0_covered = pl.lit(v0_counts) & (
+        pl.col("s_is_v0").fill_null(False) | pl.col("s_records").is_not_null()
     )
     v_pre = (
         pl.when(v0_covered)
@@ -440,11 +534,31 @@ def _derive(table: pl.DataFrame, p: AnalysisParams, *, v0_present: bool) -> pl.D
         ),
     )
     waiting = pl.col("waiting_mean").fill_null(0)
+    running = pl.col("running_mean").fill_null(0)
+    # A queue is a limit only when it persists (on nearly every stats record of the window)
+    # and something is full: the batch (max_num_seqs; when unknown, running at its peak), or
+    # the token budget, which shows as a backlog at least as long as the batch. A few requests
+    # waiting for a step beside a half-empty batch are arrivals, not a limit.
+    persistent = pl.col("s_wait_share").is_null() | (pl.col("s_wait_share") >= p.queue_persistence)
+    full = (
+        pl.col("s_batch_full")
+        if max_num_seqs
+        else pl.col("running_max") >= p.batch_full_fraction * pl.col("running_max").max()
+    )
     t = t.with_columns(
         queue_bound=~pl.col("idle")
         & ~pl.col("over_capacity")
         & (waiting >= 1)
-        & (waiting >= p.queue_fraction * pl.col("running_mean").fill_null(0))
-        & (pl.col("kv_usage_max").fill_null(0) < p.kv_saturated),
+        & (waiting >= p.queue_fraction * running)
+        & (pl.col("kv_usage_max").fill_null(0) < p.kv_saturated)
+        & persistent
+        & (full.fill_null(False) | (waiting >= running)),
+    )
+    over = pl.col("over_capacity")
+    t = t.with_columns(
+        evidence_first=pl.when(over).then(
+            pl.min_horizontal("s_ev_first", "v_ev_first", "m_ev_first")
+        ),
+        evidence_last=pl.when(over).then(pl.max_horizontal("s_ev_last", "v_ev_last", "m_ev_last")),
     )
     return t.select([pl.col(name).cast(dtype) for name, dtype in WINDOW_COLUMNS.items()])

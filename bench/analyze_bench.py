@@ -23,7 +23,7 @@ from preemptscope.analysis.sim.writers import (
     render_metrics_snapshots,
 )
 
-from preemptscope.commands.report import load_inputs
+from preemptscope.inputs import load_inputs
 
 START = datetime(2026, 11, 20, 10, 0, 0, tzinfo=UTC)
 

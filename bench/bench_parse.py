@@ -165,10 +165,6 @@ def main() -> None:
     runs.append(measure("grep -c", ["grep", "-c", PHRASE, str(path)], args.repeat))
     parse_argv = [py, "-m", "preemptscope", "parse", str(path), "--json", "--quiet"]
     runs.append(measure("preemptscope parse --json", parse_argv, args.repeat))
-    # The same command without the native scanner (every line routed by the Polars cascade):
-    # what a machine without a C compiler at install time runs.
-    no_native = {**os.environ, "PREEMPTSCOPE_NATIVE": "0"}
-    runs.append(measure("parse --json, no native scanner", parse_argv, args.repeat, env=no_native))
     one_thread = {**os.environ, "POLARS_MAX_THREADS": "1"}
     start = time.perf_counter()
     single = subprocess.run(parse_argv, capture_output=True, env=one_thread, check=True)

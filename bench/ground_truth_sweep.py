@@ -26,7 +26,7 @@ from preemptscope.analysis.sim.writers import ground_truth
 from preemptscope.ingest.logs import ParseOptions
 
 from preemptscope.commands.demo import write_artefacts
-from preemptscope.commands.report import LoadOptions, load_inputs
+from preemptscope.inputs import LoadOptions, load_inputs
 
 START = datetime(2026, 1, 15, 14, 0, tzinfo=UTC)
 PROMPT, OUTPUT = CHAT_PROMPT, CHAT_OUTPUT

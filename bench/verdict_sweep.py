@@ -20,7 +20,7 @@ from preemptscope.analysis.sim.engine import simulate
 from preemptscope.analysis.sim.workload import synthetic
 from preemptscope.ingest.logs import ParseOptions
 
-from preemptscope.commands.report import LoadOptions, load_inputs
+from preemptscope.inputs import LoadOptions, load_inputs
 
 START = datetime(2026, 11, 20, 10, 0, 0, tzinfo=UTC)
 ERAS = ("v1-preemptions", "v1", "v0")

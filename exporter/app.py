@@ -1,5 +1,8 @@
 """The HTTP face: /metrics, the JSON API, health, OpenAPI docs and the live dashboard.
 
+In front of every route: the Host/Origin guard (DNS rebinding, CSRF), HEAD as GET, and the
+access log (exporter/guards.py, exporter/accesslog.py).
+
 Every error, whatever raised it (404, 405, 413, 415, 422, 500, auth), has ONE JSON shape:
 `{"error": {"status": 404, "code": "not_found", "message": "...", "detail": ...}}`.
 """
@@ -8,23 +11,27 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import html
 import json
 import logging
 import math
 import tempfile
 from base64 import b64decode
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from preemptscope.analysis.analyze import analyze
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import DeploymentReport, Report
+from preemptscope.exporter.accesslog import AccessLog
 from preemptscope.exporter.collector import build_registry, latest_window
+from preemptscope.exporter.guards import HeadAsGet, HostOriginGuard
 from preemptscope.exporter.live import Snapshot
+from preemptscope.exporter.models import DeploymentDetail, DeploymentList
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from starlette.datastructures import UploadFile
@@ -32,6 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from preemptscope import __version__
 from preemptscope.errors import PreemptscopeError
+from preemptscope.settings import parse_duration
 
 LOG = logging.getLogger("preemptscope.exporter.app")
 
@@ -49,6 +57,15 @@ STATUS_CODES = {
 }
 UPLOAD_PATHS = ("/api/report",)
 TEXT_SNIFF_BYTES = 64 * 1024
+MAX_UPLOAD_WINDOW_S = 86400.0  # a day per window: beyond, nothing a report shows makes sense
+DOCS_CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+Readiness = bool | tuple[bool, dict[str, Any]]
+
+
+class PrometheusText(PlainTextResponse):
+    """The classic 0.0.4 text format: every Prometheus 2.x and 3.x reads it."""
+
+    media_type = CONTENT_TYPE_PLAIN_0_0_4
 
 
 class ApiError(Exception):
@@ -215,16 +232,26 @@ def create_app(
     token: str | None = None,
     protect_metrics: bool = False,
     max_upload: int = 64 * 1024 * 1024,
-    is_ready: Callable[[], bool] = lambda: True,
+    is_ready: Callable[[], Readiness] = lambda: True,
     window_s: float = 60.0,
     lifespan: Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]] | None = None,
+    allowed_hosts: Sequence[str] = (),
+    access_log: bool = False,
 ) -> FastAPI:
-    """The FastAPI app over a snapshot source (the Service in production, fakes in tests)."""
+    """The FastAPI app over a snapshot source (the Service in production, fakes in tests).
+
+    `allowed_hosts`: Host names answered besides IP addresses and localhost (`*`: any).
+    `is_ready`: True/False, or (ready, details) for /readyz.
+    """
     app = FastAPI(
         title="preemptscope",
         version=__version__,
         description="Is this vLLM deployment over capacity? Live verdict, evidence and advice.",
         lifespan=lifespan,
+        # Swagger UI would load its scripts from a CDN (blank offline, unpinned code in the
+        # page): /docs is a local page over /openapi.json instead.
+        docs_url=None,
+        redoc_url=None,
     )
     guard = Depends(bearer_guard(token))
     registry = build_registry(get_snapshot)
@@ -272,15 +299,27 @@ def create_app(
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
-        """Liveness: the process answers."""
+        """Liveness: the process answers HTTP (nothing else is checked: restarting the process
+        would not help anything else)."""
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["health"], responses={503: {"description": "not ready"}})
-    async def readyz() -> dict[str, str]:
-        """Readiness: state loaded and the first analysis done."""
-        if not is_ready():
-            raise ApiError(503, "not ready: the first analysis has not finished")
-        return {"status": "ready"}
+    async def readyz() -> dict[str, Any]:
+        """Readiness: the first analysis is done, the last analysis is recent and some input
+        (log line or successful scrape) was read within --ready-after."""
+        state = is_ready()
+        ready, details = state if isinstance(state, tuple) else (state, {})
+        if not ready:
+            reason = details.get("reason", "the first analysis has not finished")
+            raise ApiError(503, f"not ready: {reason}", detail=details or None)
+        return {"status": "ready", **details}
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return HTMLResponse(
+            _docs_page(app.openapi()),
+            headers={"Content-Security-Policy": DOCS_CSP, "X-Content-Type-Options": "nosniff"},
+        )
 
     metrics_deps = [guard] if protect_metrics else []
 
@@ -301,15 +340,25 @@ def create_app(
     def json_body(value: Any) -> bytes:
         return json.dumps(_finite(value), separators=(",", ":"), allow_nan=False).encode()
 
-    @app.get("/metrics", tags=["metrics"], dependencies=metrics_deps)
+    @app.get(
+        "/metrics",
+        tags=["metrics"],
+        dependencies=metrics_deps,
+        response_class=PrometheusText,
+        responses={200: {"description": "Prometheus text exposition format 0.0.4"}},
+    )
     async def metrics() -> Response:
         """preemptscope's own metrics in the Prometheus text format."""
         version = get_snapshot().version
         body = cached("/metrics", version, lambda: generate_latest(registry))
-        # The classic 0.0.4 text format: every Prometheus 2.x and 3.x reads it.
-        return Response(body, media_type=CONTENT_TYPE_PLAIN_0_0_4)
+        return PrometheusText(body)
 
-    @app.get("/api/deployments", tags=["api"], dependencies=[guard])
+    @app.get(
+        "/api/deployments",
+        tags=["api"],
+        dependencies=[guard],
+        responses={200: {"model": DeploymentList}, 503: {"description": "no analysis yet"}},
+    )
     async def deployments() -> Response:
         """Every deployment with its verdict and headline figures."""
         snap, report = current()
@@ -332,7 +381,12 @@ def create_app(
             ],
         }
 
-    @app.get("/api/deployments/{name:path}", tags=["api"], dependencies=[guard])
+    @app.get(
+        "/api/deployments/{name:path}",  # Kubernetes names are namespace/pod
+        tags=["api"],
+        dependencies=[guard],
+        responses={200: {"model": DeploymentDetail}, 404: {"description": "no such deployment"}},
+    )
     async def deployment(name: str) -> Response:
         """Windows, verdict, evidence and advice of one deployment (the report JSON)."""
         snap, report = current()
@@ -371,14 +425,7 @@ def create_app(
             raise ApiError(422, f"unknown form field(s) {', '.join(unknown)}; use log / bench")
         if not logs and not benches:
             raise ApiError(422, "no file uploaded: send at least one 'log' or 'bench' file")
-        window = form.get("window")
-        try:
-            window_value = float(window) if isinstance(window, str) and window else window_s
-        except ValueError:
-            raise ApiError(422, f"window: expected seconds, got {window!r}") from None
-        if not window_value > 0:
-            raise ApiError(422, "window: must be > 0")
-        return await _report_from_uploads(logs, benches, window_value)
+        return await _report_from_uploads(logs, benches, _window(form.get("window"), window_s))
 
     try:
         from preemptscope.exporter import pages
@@ -389,10 +436,61 @@ def create_app(
         def report_for_pages() -> Report:
             return current()[1]
 
-        app.include_router(pages.build_router(report_for_pages, [guard]))
+        # On app.state so a test can count the (costly) report builds.
+        app.state.report_html = pages.ReportHtmlCache()
+        app.include_router(
+            pages.build_router(report_for_pages, [guard], report_cache=app.state.report_html)
+        )
 
+    # Added innermost first: the access log sees every request, guards' refusals included.
     app.add_middleware(BodyLimit, limit=max_upload)
+    app.add_middleware(HostOriginGuard, allowed_hosts=tuple(allowed_hosts))
+    app.add_middleware(HeadAsGet)
+    if access_log:
+        app.add_middleware(AccessLog, secrets=(token,) if token else ())
     return app
+
+
+def _window(raw: Any, default: float) -> float:
+    """The `window` form field: seconds or a duration (30s, 5m); finite, > 0, at most a day."""
+    if raw is None or raw == "":
+        return default
+    if not isinstance(raw, str):
+        raise ApiError(422, "window: expected a form value, not a file")
+    try:
+        value = parse_duration(raw)
+    except ValueError as exc:
+        raise ApiError(422, f"window: {exc}") from None
+    if value > MAX_UPLOAD_WINDOW_S:
+        raise ApiError(422, f"window: at most {MAX_UPLOAD_WINDOW_S:g} s (a day), got {raw!r}")
+    return value
+
+
+def _docs_page(spec: dict[str, Any]) -> str:
+    """The API reference from the OpenAPI schema: no script, nothing loaded from elsewhere."""
+    rows = []
+    for path, methods in spec.get("paths", {}).items():
+        for method, op in methods.items():
+            statuses = ", ".join(sorted(op.get("responses", {})))
+            rows.append(
+                f"<tr><td><code>{html.escape(method.upper())}</code></td>"
+                f"<td><code>{html.escape(path)}</code></td>"
+                f"<td>{html.escape(op.get('summary', ''))}<br><small>"
+                f"{html.escape(op.get('description', ''))}</small></td>"
+                f"<td>{html.escape(statuses)}</td></tr>"
+            )
+    title = html.escape(f"{spec['info']['title']} {spec['info']['version']} API")
+    return (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{title}</title>"
+        "<style>body{font:14px system-ui,sans-serif;margin:2em;max-width:70em}"
+        "td{border-top:1px solid #ddd;padding:.4em;vertical-align:top}</style></head><body>"
+        f"<h1>{title}</h1><p>Machine-readable schema: <a href=openapi.json>/openapi.json</a>"
+        " (OpenAPI 3; load it into any OpenAPI viewer). Errors share one shape:"
+        ' <code>{"error": {"status", "code", "message", "detail"}}</code>.</p>'
+        "<table><tr><th>method</th><th>path</th><th>what</th><th>statuses</th></tr>"
+        + "".join(rows)
+        + "</table></body></html>"
+    )
 
 
 async def _report_from_uploads(

@@ -62,7 +62,8 @@ def _counters(snap: Snapshot) -> Iterator[Metric]:
     preemptions = CounterMetricFamily(
         "preemptscope_preemptions",
         "KV-cache preemptions counted since first start, by evidence source: vLLM's counter"
-        " (exact), V1 stats Preemptions field (exact), V0 warning counter (a lower bound).",
+        " (exact), V1 stats Preemptions field (exact), V0 warning counter (a lower bound)."
+        " Only sources that exist for the deployment have a series.",
         labels=["deployment", "source"],
     )
     lines = CounterMetricFamily(
@@ -90,7 +91,9 @@ def _counters(snap: Snapshot) -> Iterator[Metric]:
     )
     for name, totals in sorted(snap.totals.items()):
         for source in PREEMPTION_SOURCES:
-            preemptions.add_metric([name, source], float(totals.preemptions.get(source, 0)))
+            # A series only where the source exists: an absent count is no series, never 0.
+            if source in totals.preemptions:
+                preemptions.add_metric([name, source], float(totals.preemptions[source]))
         lines.add_metric([name], float(totals.lines))
         unrecognized.add_metric([name], float(totals.unrecognized_lines))
         for kind in ROTATION_KINDS:

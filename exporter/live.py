@@ -23,6 +23,7 @@ from preemptscope.analysis.analyze import DeploymentInputs, analyze
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Report, SourceSummary
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LogFrames
+from preemptscope.ingest.versions import v0_warns_preemption
 
 LOG = logging.getLogger("preemptscope.exporter.live")
 
@@ -43,9 +44,8 @@ class DeploymentTotals:
 
     lines: int = 0
     unrecognized_lines: int = 0
-    preemptions: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(PREEMPTION_SOURCES, 0)
-    )
+    # Only sources that exist for this deployment have a key: no count is no series, never 0.
+    preemptions: dict[str, int] = field(default_factory=dict)
     rotations: dict[str, int] = field(default_factory=dict)
     gaps: int = 0
     last_event: dict[str, float] = field(default_factory=dict)  # "log"/"metrics" -> epoch s
@@ -55,6 +55,7 @@ class DeploymentTotals:
             "lines": self.lines,
             "unrecognized_lines": self.unrecognized_lines,
             "preemptions": dict(self.preemptions),
+            "sources_known": True,  # every key of `preemptions` is a source that exists
             "rotations": dict(self.rotations),
             "gaps": self.gaps,
             "last_event": dict(self.last_event),
@@ -69,8 +70,12 @@ class DeploymentTotals:
             gaps=int(data.get("gaps", 0)),
             last_event={str(k): float(v) for k, v in data.get("last_event", {}).items()},
         )
+        known = bool(data.get("sources_known"))
         for source, value in data.get("preemptions", {}).items():
-            totals.preemptions[str(source)] = int(value)
+            # Older checkpoints held a 0 for every source, present or not: drop those zeros
+            # (a real one comes back as soon as its source is seen again).
+            if known or int(value) > 0:
+                totals.preemptions[str(source)] = int(value)
         return totals
 
 
@@ -141,6 +146,10 @@ class LiveState:
             k: float(v) for k, v in saved.get("counter_last", {}).items()
         }
         self._logs: dict[tuple[str, str], list[LogFrames]] = {}
+        # "deployment\tsource" -> vLLM version printed (the banner is read once, at the start)
+        self._versions: dict[str, str] = {
+            str(k): str(v) for k, v in saved.get("versions", {}).items()
+        }
         self._metrics: dict[str, list[pl.DataFrame]] = {}
         self._scrapes: dict[str, ScrapeStatus] = {}
         self._model_names: dict[str, str] = {}
@@ -159,6 +168,7 @@ class LiveState:
         cumulative = [int(v) for v in warnings["cumulative"].drop_nulls().to_list()]
         counted = stats["preemptions"].drop_nulls()
         v1_count = int(counted.sum()) if counted.len() else 0
+        v0_stats = stats.height > 0 and bool((stats["era"] == "v0").any())
         stamps = [
             value
             for value in (warnings["timestamp"].max(), stats["timestamp"].max())
@@ -169,6 +179,11 @@ class LiveState:
             totals.lines += frames.accounting.lines
             totals.unrecognized_lines += frames.accounting.unrecognized_lines
             key = f"{name}\t{frames.source}"
+            if frames.vllm_version is not None:
+                self._versions[key] = frames.vllm_version  # the banner is in the first batch
+            if cumulative or (v0_stats and v0_warns_preemption(self._versions.get(key))):
+                # V0 warnings are a source here (v0.4.3+, or seen): 0 is a true lower bound.
+                totals.preemptions.setdefault("v0_warning_counter", 0)
             for value in cumulative:
                 # The V0 counter is printed at 1, 51, 101, ...: a lower bound. A smaller
                 # value than the last one means vLLM restarted.
@@ -176,7 +191,10 @@ class LiveState:
                 step = value - last if last is not None and value >= last else value
                 totals.preemptions["v0_warning_counter"] += step
                 self._v0_last[key] = value
-            totals.preemptions["v1_stats_field"] += v1_count
+            if counted.len():
+                totals.preemptions["v1_stats_field"] = (
+                    totals.preemptions.get("v1_stats_field", 0) + v1_count
+                )
             if stamps:
                 newest = max(stamps)
                 if self._latest_data is None or newest > self._latest_data:
@@ -230,7 +248,9 @@ class LiveState:
                 key = f"{deployment}\t{url}\t{row['model_name']}\t{row['engine']}"
                 value = float(row["value"])
                 step = counter_delta(self._counter_last.get(key), value)
-                totals.preemptions["metrics_counter"] += round(step)
+                totals.preemptions["metrics_counter"] = totals.preemptions.get(
+                    "metrics_counter", 0
+                ) + round(step)
                 self._counter_last[key] = value
             models = samples["model_name"].drop_nulls()
             if models.len():
@@ -326,6 +346,7 @@ class LiveState:
                 "deployments": {name: t.to_dict() for name, t in self.totals.items()},
                 "v0_last": dict(self._v0_last),
                 "counter_last": dict(self._counter_last),
+                "versions": dict(self._versions),
             }
 
     def _copy_totals(self) -> dict[str, DeploymentTotals]:

@@ -7,6 +7,8 @@ report data comes from the API routes, which are guarded by `dependencies`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -78,6 +80,37 @@ class _FigureCache:
                 self._items.popitem(last=False)
 
 
+class ReportHtmlCache:
+    """The self-contained report costs seconds of CPU: it is built again only when the
+    analysis changed. The live loop re-analyses every few seconds even without new data, so
+    the key is the report's content (its JSON without `generated_at` and `now`), not the object; one
+    build at a time (concurrent requests wait for it rather than build it again)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._report: Report | None = None
+        self._key = ""
+        self._body = b""
+        self.builds = 0
+
+    def get(self, report: Report) -> bytes:
+        with self._lock:
+            if report is self._report:
+                return self._body
+            content = report.to_dict()
+            content.pop("generated_at", None)
+            content.get("parameters", {}).pop("now", None)
+            key = hashlib.sha256(
+                json.dumps(content, sort_keys=True, default=str).encode()
+            ).hexdigest()
+            if key != self._key:
+                self._body = render_report_html(report).encode("utf-8")
+                self._key = key
+                self.builds += 1
+            self._report = report
+            return self._body
+
+
 def _json(body: bytes) -> Response:
     return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
 
@@ -101,7 +134,11 @@ def _find(report: Report, name: str) -> DeploymentReport:
     raise HTTPException(status_code=404, detail=f"no deployment named {name!r}")
 
 
-def build_router(get_report: Callable[[], Report], dependencies: Sequence[Any] = ()) -> APIRouter:
+def build_router(
+    get_report: Callable[[], Report],
+    dependencies: Sequence[Any] = (),
+    report_cache: ReportHtmlCache | None = None,
+) -> APIRouter:
     """Routes: GET /, /deployments/{name}, /static/{file}, /api/dashboard/deployments,
     /api/dashboard/report.html and /api/deployments/{name}/figures?range=1h. `dependencies`
     (e.g. the exporter's bearer-token check, as `Depends(...)` objects or plain callables) guard
@@ -109,6 +146,7 @@ def build_router(get_report: Callable[[], Report], dependencies: Sequence[Any] =
     guards = [d if hasattr(d, "dependency") else Depends(d) for d in dependencies]
     router = APIRouter()
     cache_ = _FigureCache(CACHE_ENTRIES)
+    report_cache = report_cache if report_cache is not None else ReportHtmlCache()
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index(request: Request) -> HTMLResponse:
@@ -137,12 +175,19 @@ def build_router(get_report: Callable[[], Report], dependencies: Sequence[Any] =
         """Deployment list for the dashboard: name, verdict and headline numbers."""
         return _json(script_json(deployment_summaries(get_report())).encode())
 
-    @router.get("/api/dashboard/report.html", dependencies=guards, tags=["dashboard"])
+    @router.get(
+        "/api/dashboard/report.html",
+        dependencies=guards,
+        tags=["dashboard"],
+        response_class=HTMLResponse,
+        responses={200: {"description": "the report as one HTML file, no external resource"}},
+    )
     def report_html() -> Response:
-        """The current report as the self-contained HTML file (`preemptscope report --html`)."""
+        """The current report as the self-contained HTML file (`preemptscope report --html`);
+        built once per analysis result, not per request."""
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         return Response(
-            render_report_html(get_report()),
+            report_cache.get(get_report()),
             media_type="text/html; charset=utf-8",
             headers={
                 "Content-Disposition": f'attachment; filename="preemptscope-{stamp}.html"',

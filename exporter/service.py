@@ -63,6 +63,8 @@ class Service:
         self.live: LiveState | None = None
         self._saved: dict[str, Any] | None = None
         self.errors: list[str] = []
+        # Monotonic time of the last line read or successful scrape (start time before any).
+        self._last_input = time.monotonic()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -116,7 +118,33 @@ class Service:
         self.store.close()
 
     def ready(self) -> bool:
+        """The first analysis is done (the start-up half of readiness)."""
         return self._ready.is_set()
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """What /readyz reports: ready when the first analysis is done, the last analysis is
+        recent (the loop is not stuck) and some input (a log line, a successful scrape) was
+        read within --ready-after (the inputs have not gone quiet)."""
+        limit = self.settings.ready_after
+        if not self.ready() or self.live is None:
+            return False, {"reason": "the first analysis has not finished"}
+        analysed_at = self.live.snapshot().analysed_at
+        analysis_age = None if analysed_at is None else max(0.0, time.time() - analysed_at)
+        input_age = time.monotonic() - self._last_input
+        checks = {
+            "analysis_age_seconds": analysis_age,
+            "input_age_seconds": round(input_age, 3),
+            "ready_after_seconds": limit,
+        }
+        # The loop analyses at least every ANALYSIS_MAX_IDLE_S (longer when analyses are slow).
+        if analysis_age is None or analysis_age > max(limit, 4 * ANALYSIS_MAX_IDLE_S):
+            return False, {**checks, "reason": "no analysis has finished for too long"}
+        if input_age > limit:
+            return False, {
+                **checks,
+                "reason": f"nothing read from any log or scrape target for {input_age:.0f} s",
+            }
+        return True, checks
 
     def snapshot(self) -> Snapshot:
         assert self.live is not None, "service not started"
@@ -162,7 +190,10 @@ class Service:
         """Read what is new in one followed file into its buffer."""
         assert self.live is not None
         gaps_before = followed.follower.gaps
-        followed.buffer.extend(followed.follower.poll())
+        chunks = followed.follower.poll()
+        if chunks:
+            self._last_input = time.monotonic()
+        followed.buffer.extend(chunks)
         if followed.follower.gaps > gaps_before:
             self.live.add_gaps(followed.target.deployment, followed.follower.gaps - gaps_before)
 
@@ -272,7 +303,10 @@ class Service:
         started = time.perf_counter()
         try:
             samples = scrape_once(
-                target.url, timeout=self.settings.scrape_timeout, deployment=target.deployment
+                target.url,
+                timeout=self.settings.scrape_timeout,
+                deployment=target.deployment,
+                max_bytes=self.settings.scrape_max_size,
             )
         except PreemptscopeError as exc:
             self.live.add_scrape(
@@ -294,6 +328,7 @@ class Service:
             )
             LOG.exception("scrape of %s failed unexpectedly", target.url)
             return
+        self._last_input = time.monotonic()
         self.live.add_scrape(
             target.url, target.deployment, samples, duration_s=time.perf_counter() - started
         )

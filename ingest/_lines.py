@@ -10,8 +10,8 @@ catalogue rows.
 from __future__ import annotations
 
 import ast
-import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,14 @@ PREFIX_RE = regex.compile(
     rf"^(?:{cat.WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{cat.PROCESS}|{cat.RANK})", _FLAGS
 )
 WRAPPER_RE = regex.compile(rf"^{cat.WRAPPER_TS}", _FLAGS)
+ELIDED_RE = regex.compile(cat.ELIDED_ENVELOPE, _FLAGS)
+SYSLOG_RE = regex.compile(cat.SYSLOG, _FLAGS)
+COMPOSE_RE = regex.compile(rf"^(?:{cat.WRAPPER_TS})?(?P<compose>{cat.COMPOSE})", _FLAGS)
+COMPOSE_ONLY_RE = regex.compile(cat.COMPOSE, _FLAGS)
+PLAIN_RES = [regex.compile(pattern, _FLAGS) for _name, pattern in cat.PLAIN_LINES]
+FRAME_RE = regex.compile(cat.TRACEBACK_FRAME, _FLAGS)
+RAY_REPEAT_RE = regex.compile(cat.RAY_REPEAT, _FLAGS)
+RAY_TOO_MANY = f"Ray repeat count above {cat.RAY_REPEAT_MAX}"
 SPLIT_RE = regex.compile(
     r"(?:\((?:[A-Za-z_][^()\n]*?(?:\([^()\n]*\)[^()\n]*?)?),? pid=\d+(?:, ip=[^)\n]*)?\) ?)?"
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )?" + cat.HEADER_CORE,
@@ -73,12 +81,16 @@ class Env:
     known: bool = False  # a recognised log envelope (vLLM, uvicorn, foreign, JSON)
 
 
+# The reason of an unrecognised line that no catalogue row or envelope fits.
+NO_FORMAT = "no known format"
+
+
 @dataclass
 class Parsed:
     """Records found in the per-line path, as plain rows per frame kind."""
 
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    unrecognized: list[tuple[int, str]] = field(default_factory=list)
+    unrecognized: list[tuple[int, str, str]] = field(default_factory=list)  # line, text, reason
     parsed_lines: int = 0
     blank_lines: int = 0
 
@@ -130,7 +142,30 @@ def stats_fields(message: str) -> dict[str, Any]:
     generation = _num(found["generation_throughput"])
     if generation is None:
         generation = _num(found["throughput_v01"])
+    ints = ("engine", "running", "waiting", "swapped", "deferred", "preemptions")
+    floats = (
+        "prompt_throughput",
+        "generation_throughput",
+        "throughput_v01",
+        "gpu_kv_cache_usage",
+        "cpu_kv_cache_usage",
+        "prefix_cache_hit_rate",
+        "external_prefix_cache_hit_rate",
+        "mm_cache_hit_rate",
+    )
+    # A field whose text is there but is no number of its column (`1.2.3`, 400 digits):
+    # out_of_range makes the line unrecognised, as the vectorised path does.
+    invalid = next(
+        (
+            name
+            for name in (*ints, *floats)
+            if found[name] is not None
+            and (_int(found[name]) if name in ints else _num(found[name])) is None
+        ),
+        None,
+    )
     return {
+        "_invalid": invalid,
         "era": era,
         "engine": _int(found["engine"]),
         "prompt_throughput": _num(found["prompt_throughput"]),
@@ -249,8 +284,25 @@ def _envelope(text: str) -> tuple[Env, str]:
             ),
             text[match.end() :],
         )
+    match = ELIDED_RE.match(text)
+    if match is not None:
+        proc = match.group("proc") or match.group("rank")
+        return (
+            Env(
+                process=proc.strip() if proc else None,
+                pid=_int(match.group("pid")),
+                level=match.group("level"),
+                wts=match.group("wts"),
+                file=match.group("file"),
+                lineno=_int(match.group("lineno")),
+                known=True,
+            ),
+            text[match.end() :],
+        )
     match = PREFIX_RE.match(text)
-    if match is not None and not match.group("pre").strip():
+    if match is not None and (
+        not match.group("pre").strip() or COMPOSE_ONLY_RE.fullmatch(match.group("pre"))
+    ):
         proc = match.group("proc") or match.group("rank")
         return (
             Env(process=proc, pid=_int(match.group("pid")), wts=match.group("wts")),
@@ -259,6 +311,13 @@ def _envelope(text: str) -> tuple[Env, str]:
     match = WRAPPER_RE.match(text)
     if match is not None:
         return Env(wts=match.group("wts")), text[match.end() :]
+    match = SYSLOG_RE.match(text)
+    if match is not None:
+        return Env(process=match.group("proc"), pid=_int(match.group("pid"))), text[match.end() :]
+    match = COMPOSE_RE.match(text)
+    if match is not None:
+        # Output of a compose service with no prefix of its own (v0.31+ raw tracebacks).
+        return Env(wts=match.group("wts")), text[match.end() :]
     return Env(), text
 
 
@@ -266,7 +325,8 @@ def _json_line(text: str) -> tuple[Env, str] | None:
     """docker json-file lines and vLLM's JSON formatter (v0.32+); None if not JSON."""
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # RecursionError: `[[[[...` thousands deep; such a line is not a log record.
         return None
     if not isinstance(obj, dict):
         return None
@@ -313,15 +373,48 @@ def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
     for row, pattern in ROW_RES:
         match = pattern.match(message)
         if match is None and not env.known and row.bare_ok:
-            match = pattern.search(message)
+            match = _bare_match(pattern, message)
+        if match is None and not env.known and row.kind == "kv_capacity":
+            # vLLM's startup refusal raises its sizing line as an exception's message
+            # (`ValueError: Free memory on device ...`). Sizing only: no count or verdict
+            # rests on it, so an exception that echoes a user's text cannot forge one.
+            lead = _EXCEPTION_LEAD.match(message)
+            match = pattern.match(message, lead.end()) if lead is not None else None
         if match is None:
             continue
         return row.kind, _row_columns(row, match)
     if not env.known:
-        start = STATS_START_RE.search(message)
+        start = _bare_match(STATS_START_RE, message)
         if start is not None:
             return "scheduler_stats", stats_fields(message[start.start() :])
     return None
+
+
+# What may stand in front of a message on a line without an envelope: a few symbols (a quote
+# bar, `# `), or an elided header (`INFO ... [gpu_worker.py:489] `). Not a sentence: text
+# written after a word (an exception's message, a user's text) never starts a record.
+_BARE_LEADS = (
+    regex.compile(r"[^\w\n]{1,8}", _FLAGS),
+    regex.compile(
+        r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )?[^\w\n\[]{0,16}\[?[\w.-]{1,80}:\d{1,9}\] ?",
+        _FLAGS,
+    ),
+)
+
+
+_EXCEPTION_LEAD = regex.compile(r"[A-Z]\w{0,60}(?:Error|Exception): ", _FLAGS)
+
+
+def _bare_match(pattern: regex.Pattern[str], message: str) -> regex.Match[str] | None:
+    """`pattern` at the start of `message` or right after a lead that _BARE_LEADS allow."""
+    match = pattern.match(message)
+    for lead_re in _BARE_LEADS:
+        if match is not None:
+            break
+        lead = lead_re.match(message)
+        if lead is not None:
+            match = pattern.match(message, lead.end())
+    return match
 
 
 def _row_columns(row: cat.LineFormat, match: regex.Match[str]) -> dict[str, Any]:
@@ -342,6 +435,8 @@ def _row_columns(row: cat.LineFormat, match: regex.Match[str]) -> dict[str, Any]
                 continue
             if unit == "GB" and groups.get("unit") == "GiB":
                 unit = "GiB"
+            if groups.get(f"{group}_unit") == "bytes":
+                value /= 1024**3  # printed in bytes (v0.10.2 – v0.11.x); the row is in GiB
             quantities.append(
                 {
                     "kind": kind,
@@ -378,13 +473,35 @@ def _row_columns(row: cat.LineFormat, match: regex.Match[str]) -> dict[str, Any]
     raise AssertionError(row.kind)
 
 
+# Kinds a glued record may follow: what they print is the server's own text. A request line
+# (its prompt, params, token ids, output, even its id from an X-Request-Id header) and an
+# unknown message may hold anyone's text: a header inside them is data, never a cut.
+_GLUE_AFTER = frozenset({"scheduler_stats", "preemption_warning", "kv_capacity", "config"})
+
+
 def _segments(text: str) -> list[str]:
-    """Split records glued on one physical line at each vLLM header."""
+    """Split records glued on one physical line (newlines lost in a paste) at vLLM headers.
+
+    A cut is made only after a complete record of a kind in _GLUE_AFTER with a known
+    envelope; the first segment that is anything else runs to the end of the line.
+    """
     starts = [m.start() for m in SPLIT_RE.finditer(text)]
     if len(starts) <= 1:
         return [text]
-    cuts = [0, *starts[1:], len(text)]
-    return [text[a:b] for a, b in itertools.pairwise(cuts) if text[a:b].strip()]
+    segments: list[str] = []
+    begin = 0
+    for cut in starts[1:]:
+        head = text[begin:cut]
+        env, _message, found = _record(head)
+        if not env.known or found is None or found[0] not in _GLUE_AFTER:
+            break
+        if found[0] == "scheduler_stats" and not stats_complete(found[1]):
+            break
+        if head.strip():
+            segments.append(head)
+        begin = cut
+    segments.append(text[begin:])
+    return segments
 
 
 def _record(text: str) -> tuple[Env, str, tuple[str, dict[str, Any]] | None]:
@@ -406,6 +523,29 @@ def _incomplete(kind_columns: tuple[str, dict[str, Any]] | None, text: str) -> b
         return any(literal in text for literal in KIND_LITERALS) and len(text) >= WRAP_MIN
     kind, columns = kind_columns
     return kind == "scheduler_stats" and not stats_complete(columns) and len(text) >= WRAP_MIN
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def out_of_range(env: Env, found: tuple[str, dict[str, Any]] | None) -> str | None:
+    """Why a record cannot be stored (a number that does not fit its column), or None."""
+    columns: dict[str, Any] = {"pid": env.pid, "logger_line": env.lineno}
+    if found is not None:
+        kind, values = found
+        items = values.get("_many")
+        for item in items if items is not None else [values]:
+            columns.update({f"{kind}.{k}": v for k, v in item.items()})
+    for name, value in columns.items():
+        if name.endswith("._invalid") and value is not None:
+            return f"number not valid: {name.removesuffix('._invalid')}.{value}"
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            continue
+        if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
+            return f"number out of range: {name} does not fit in 64 bits"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"number out of range: {name} is not finite"
+    return None
 
 
 def _emit(
@@ -437,10 +577,55 @@ def clean(text: str) -> str:
     if "\r" in text:
         # tqdm redraws: the log record is what follows the last carriage return that has one.
         parts = text.split("\r")
-        text = next((p for p in reversed(parts) if SPLIT_RE.search(p)), parts[-1])
+        found = next((p for p in reversed(parts) if SPLIT_RE.search(p)), None)
+        if found is None:
+            # No record: the last redraw, behind the process prefix the line started with.
+            head = PREFIX_RE.match(parts[0])
+            keep = head is not None and not head.group("pre").strip()
+            found = parts[0][: head.end()] + parts[-1] if keep and head else parts[-1]
+        text = found
     if "\x1b" in text or "[" in text:
         text = ANSI_RE.sub("", text)
     return text
+
+
+def _plain(message: str, previous: str | None) -> bool:
+    """A line without an envelope that is plainly output: a traceback or a progress bar."""
+    message = message.rstrip("\r\n")
+    if any(pattern.match(message) for pattern in PLAIN_RES):
+        return True
+    # After a few symbols a paste put in front (a quote bar `▎ `), as records are (_bare_match).
+    lead = _BARE_LEADS[0].match(message)
+    if lead is not None and lead.group().strip():
+        rest = message[lead.end() :].lstrip(" ")
+        if any(pattern.match(rest) for pattern in PLAIN_RES):
+            return True
+    # The code line of a traceback frame follows its `  File "…", line N` line.
+    if previous is None or not message.startswith("  "):
+        return False
+    _env, before = _envelope(clean(previous))
+    return FRAME_RE.match(before.rstrip("\r\n")) is not None
+
+
+def ray_repeat(text: str) -> tuple[str, int]:
+    """The line without Ray's `[repeated Nx across cluster]` suffix, and how many lines it
+    stands for (1 without the suffix)."""
+    if cat.RAY_REPEAT_LITERAL not in text:
+        return text, 1
+    # The suffix ends the line: only its last start can match (one pass, whatever the text).
+    start = text.rfind(" [repeated ")
+    match = RAY_REPEAT_RE.fullmatch(text, start) if start >= 0 else None
+    if match is None:
+        return text, 1
+    return text[:start], max(1, int(match.group("repeat")))
+
+
+def _repeat_rows(out: Parsed, before: dict[str, int], times: int) -> None:
+    """Copy the rows added since `before` (row counts per kind) `times - 1` more times."""
+    for kind, rows in out.rows.items():
+        added = rows[before.get(kind, 0) :]
+        for _ in range(times - 1):
+            rows.extend(dict(row) for row in added)
 
 
 def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
@@ -450,12 +635,19 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
     while index < len(items):
         line, raw, previous = items[index]
         index += 1
-        text = clean(raw)
+        text, times = ray_repeat(clean(raw))
         if not text.strip():
             out.blank_lines += 1
             continue
+        if times > cat.RAY_REPEAT_MAX:
+            # Rows are copies: a count no real cluster buffers in seconds would only cost memory.
+            out.unrecognized.append((line, raw.rstrip("\r\n"), RAY_TOO_MANY))
+            continue
+        before = {kind: len(rows) for kind, rows in out.rows.items()} if times > 1 else {}
         segments = _segments(text)
-        parsed_any = False
+        records: list[tuple[Env, str, tuple[str, dict[str, Any]] | None]] = []
+        reason: str | None = None
+        taken = 0
         for position, segment in enumerate(segments):
             env, message, found = _record(segment)
             last = position == len(segments) - 1
@@ -479,17 +671,35 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
                     break
                 segment, env, message, found = joined, env2, message2, found2
                 consumed += 1
-            if found is None and not env.known:
+            # No known envelope: still output when a process prefix or a wrapper names who
+            # wrote it (prints, raw tracebacks, bare `(EngineCore pid=N) ` lines) or when it
+            # has a plain output shape; both become `other` with a null level.
+            if (
+                found is None
+                and not env.known
+                and env.process is None
+                and not _plain(message, previous)
+            ):
                 continue
+            reason = reason or out_of_range(env, found)
+            records.append((env, message, found))
+            taken = consumed
+        if reason is not None:
+            # One bad line costs one line: its records are dropped, the lines a hard-wrap
+            # join took are read again on their own.
+            out.unrecognized.append((line, raw.rstrip("\r\n"), reason))
+            continue
+        for env, message, found in records:
             _emit(out, line, env, message, found)
-            parsed_any = True
-            if consumed:
-                index += consumed
-                out.parsed_lines += consumed
-        if parsed_any or (previous is not None and is_continuation(previous, text)):
+        if taken:
+            index += taken
+            out.parsed_lines += taken
+        if records or (previous is not None and is_continuation(previous, text)):
             out.parsed_lines += 1
+            if times > 1:
+                _repeat_rows(out, before, times)
         else:
-            out.unrecognized.append((line, raw.rstrip("\r\n")))
+            out.unrecognized.append((line, raw.rstrip("\r\n"), NO_FORMAT))
     return out
 
 

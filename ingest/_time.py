@@ -1,12 +1,15 @@
 """Timestamps: vLLM's year-less local times, container timestamps, JSON asctime → UTC.
 
-Priority for the year: the container (wrapper) timestamp of the line > a JSON/foreign asctime
-(which carries its own year) > --year / --start > the file's mtime > now. The first timestamped
-record anchors the year; a month going back by six or more (Dec → Jan) starts the next year.
+Priority for the year: times the data carries — a container (wrapper) timestamp of the line,
+else of any line of the first batch, then a JSON/foreign asctime (which carries its own year)
+— > --year / --start > a date in the file name > the file's mtime > now. The year is fixed for
+the first timestamped record (counting back over the Dec → Jan rollovers before a carried
+time); a month going back by six or more starts the next year.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
@@ -26,6 +29,30 @@ class YearState:
     source: str | None = None
 
 
+# A date in a log's file name (`vllm-2025-07-10.log`, `server_20250710_1230.log`); vLLM was
+# first released in 2023, so earlier years (or other digit runs) are not dates of its logs.
+_NAME_DATE = re.compile(r"(?<![0-9])(20[2-9][0-9])[-_.]?([01][0-9])[-_.]?([0-3][0-9])(?![0-9])")
+
+
+def time_from_name(name: str) -> datetime | None:
+    """The date written in a file name (its last path part), or None."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    for match in _NAME_DATE.finditer(base):
+        try:
+            return datetime(int(match[1]), int(match[2]), int(match[3]))
+        except ValueError:
+            continue
+    return None
+
+
+def _closest_year(mon: int, day: int, when: datetime, tz: str) -> int:
+    local = when.astimezone(ZoneInfo(tz)) if when.tzinfo else when
+    return min(
+        (local.year - 1, local.year, local.year + 1),
+        key=lambda y: abs((_safe(y, mon, day) - local.replace(tzinfo=None)).total_seconds()),
+    )
+
+
 def _anchor_year(
     mon: int,
     day: int,
@@ -34,17 +61,16 @@ def _anchor_year(
     start: datetime | None,
     reference: datetime | None,
     tz: str,
+    name_time: datetime | None = None,
 ) -> tuple[int, str]:
     if options_year is not None:
         return options_year, "option"
     if start is not None:
-        local = start.astimezone(ZoneInfo(tz)) if start.tzinfo else start
         # The year that puts the first record closest to --start.
-        best = min(
-            (local.year - 1, local.year, local.year + 1),
-            key=lambda y: abs((_safe(y, mon, day) - local.replace(tzinfo=None)).total_seconds()),
-        )
-        return best, "option"
+        return _closest_year(mon, day, start, tz), "option"
+    if name_time is not None:
+        # A file named by date is named when it starts (or is rotated): closest, as --start.
+        return _closest_year(mon, day, name_time, tz), "name"
     source = "mtime" if reference is not None else "now"
     ref = reference if reference is not None else datetime.now(UTC)
     local = ref.astimezone(ZoneInfo(tz)) if ref.tzinfo else ref
@@ -132,8 +158,53 @@ def line_years(
     )
 
 
-def anchor_first(rows: pl.DataFrame, state: YearState, **anchor: object) -> None:
-    """Anchor the year on the first timestamped row (any kind) if nothing has yet."""
+def _year_near(year: int, month: int, vllm_month: int) -> int:
+    """The year of a vLLM month next to a time that carries (year, month): Dec/Jan aware."""
+    if vllm_month - month >= 6:
+        return year - 1
+    if month - vllm_month >= 6:
+        return year + 1
+    return year
+
+
+def carried_base_year(rows: pl.DataFrame, carried: tuple[int, str, str] | None) -> int | None:
+    """The year of the first timestamped row implied by a time the data carries elsewhere.
+
+    `rows` are the rows with a vLLM month (line, _mon), sorted by line; `carried` is (line,
+    ISO time with year, source) of the first row with a wrapper or JSON time. The year is
+    carried to the nearest vLLM row, then back over the rollovers between it and the first.
+    """
+    if carried is None or rows.height == 0:
+        return None
+    line, text, _source = carried
+    try:
+        year, month = int(text[:4]), int(text[5:7])
+    except ValueError:
+        return None
+    months = rows["_mon"].cast(pl.Int32, strict=False).fill_null(strategy="forward")
+    months = months.fill_null(strategy="backward")
+    if months.null_count():
+        return None
+    lines = rows["line"]
+    # The nearest vLLM row at or before the carried line, else the first one after it.
+    at = max(int(lines.search_sorted(line, side="right")) - 1, 0)
+    near_year = _year_near(year, month, int(months[at]))
+    drops = ((months.shift(1) - months) >= 6).fill_null(False).cast(pl.Int32)
+    return near_year - int(drops.head(at + 1).sum())
+
+
+def anchor_first(
+    rows: pl.DataFrame,
+    state: YearState,
+    *,
+    carried: tuple[int, str, str] | None = None,
+    **anchor: object,
+) -> None:
+    """Anchor the year on the first timestamped row (any kind) if nothing has yet.
+
+    `carried` (line, ISO time, "wrapper" | "json") is the first time with a year that the
+    batch's data holds: it wins over --year, --start, the file name and the mtime.
+    """
     if state.base_year is not None or rows.height == 0:
         return
     first = rows.row(0, named=True)
@@ -144,7 +215,12 @@ def anchor_first(rows: pl.DataFrame, state: YearState, **anchor: object) -> None
             y -= 1
         state.base_year, state.source = y, "wrapper"
         return
+    from_data = carried_base_year(rows, carried)
+    if from_data is not None and carried is not None:
+        state.base_year, state.source = from_data, carried[2]
+        return
     day = int(first["_day"]) if str(first["_day"]).isdigit() else 1
+    name_time = anchor.get("name_time")
     state.base_year, state.source = _anchor_year(
         mon,
         day,
@@ -153,6 +229,7 @@ def anchor_first(rows: pl.DataFrame, state: YearState, **anchor: object) -> None
         anchor["start"],  # type: ignore[arg-type]
         anchor["reference"],  # type: ignore[arg-type]
         str(anchor["tz"]),
+        name_time if isinstance(name_time, datetime) else None,
     )
 
 

@@ -25,7 +25,7 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -86,13 +86,24 @@ class RunLatency:
 
 @dataclass(frozen=True)
 class BenchRun:
-    """One benchmark run's whole-run client figures, as the tool itself reported them."""
+    """One benchmark run's whole-run client figures, as the tool itself reported them.
+
+    `start`/`end` are None when the file does not say when it ran; every figure is None when
+    the file does not give it (never 0)."""
 
     label: str
     start: datetime | None
     end: datetime | None
-    requests: int | None
+    requests: int | None  # completed (successful) requests
     stats: dict[str, RunLatency] = field(default_factory=dict)
+    duration_s: float | None = None
+    failed: int | None = None
+    request_throughput: float | None = None  # completed requests / s
+    goodput: float | None = None  # requests / s meeting the run's SLOs (--goodput)
+    input_tokens: int | None = None  # total over the run
+    output_tokens: int | None = None
+    max_concurrency: int | None = None  # the client's cap (--max-concurrency), if any
+    request_rate: float | None = None  # offered rate (--request-rate); None for "inf"
 
 
 @dataclass(frozen=True)
@@ -252,7 +263,21 @@ def _read_vllm(
         label = str(result.get("label") or result.get("request_rate") or number)
         end = anchor + timedelta(seconds=duration) if anchor and duration is not None else None
         runs.append(
-            BenchRun(label, anchor, end, _count(result.get("completed")), _vllm_stats(result))
+            BenchRun(
+                label,
+                anchor,
+                end,
+                _count(result.get("completed")),
+                _vllm_stats(result),
+                duration_s=duration,
+                failed=_count(result.get("failed")),
+                request_throughput=_number(result.get("request_throughput")),
+                goodput=_number(result.get("request_goodput")),
+                input_tokens=_count(result.get("total_input_tokens")),
+                output_tokens=_count(result.get("total_output_tokens")),
+                max_concurrency=_count(result.get("max_concurrency")),
+                request_rate=_number(result.get("request_rate")),
+            )
         )
         lengths = [
             len(result[k])
@@ -374,13 +399,18 @@ def _read_guidellm(
                             path, f"GuideLLM requests.{status}[{position}] is not an object"
                         )
                     _guidellm_row(rows, item, status, f"{label}:{status}:{position}")
+        successful = requests.get("successful") if isinstance(requests, Mapping) else None
         runs.append(
             BenchRun(
                 label=label,
                 start=datetime.fromtimestamp(start, UTC) if start else None,
                 end=datetime.fromtimestamp(end, UTC) if end else None,
-                requests=total,
+                requests=len(successful) if isinstance(successful, list) else total,
                 stats=_guidellm_stats(benchmark),
+                duration_s=end - start if start and end and end >= start else None,
+                request_throughput=_number(
+                    _get(benchmark, "metrics.requests_per_second.successful.mean")
+                ),
             )
         )
     frame = rows.frame()
@@ -607,10 +637,48 @@ def read_bench(path: str | Path, *, deployment: str, start: datetime | None = No
     else:
         raise InputError(name, "empty file")
     try:
+        delta = _offset(frame, runs, start)
         frame = _shift(frame, start)
     except ValueError as exc:
         raise InputError(name, str(exc)) from None
+    runs = [_moved(run, delta, start) for run in runs]
+    if frame.is_empty() and not any(run.stats or run.requests for run in runs):
+        raise InputError(
+            name, f"no per-request latencies and no whole-run figures in this {origin} file"
+        )
+    if frame.is_empty() and runs:
+        notes.append(
+            "whole-run figures only (vllm bench serve without --save-detailed, or a summary): "
+            "shown per run; per-window latency needs per-request rows"
+        )
     return BenchResult(name, origin, frame, runs, notes)
+
+
+def _offset(frame: pl.DataFrame, runs: Sequence[BenchRun], start: datetime | None) -> timedelta:
+    """How far a given `start` moves the runs: as far as it moves the earliest request."""
+    if start is None:
+        return timedelta(0)
+    if start.tzinfo is None:
+        raise ValueError("start must be timezone-aware")
+    if not frame.is_empty() and frame["start"].null_count() < frame.height:
+        earliest: datetime = frame["start"].min()  # type: ignore[assignment]
+        return start.astimezone(UTC) - earliest
+    placed = [run.start for run in runs if run.start is not None]
+    return start.astimezone(UTC) - min(placed) if placed else timedelta(0)
+
+
+def _moved(run: BenchRun, delta: timedelta, start: datetime | None) -> BenchRun:
+    """A run re-anchored by `delta`; a run that never said when it ran starts at `start`."""
+    if run.start is not None:
+        if not delta:
+            return run
+        end = run.end + delta if run.end is not None else None
+        return replace(run, start=run.start + delta, end=end)
+    if start is None:
+        return run
+    begin = start.astimezone(UTC)
+    end = begin + timedelta(seconds=run.duration_s) if run.duration_s is not None else None
+    return replace(run, start=begin, end=end)
 
 
 def read_latencies(

@@ -20,9 +20,12 @@ from dataclasses import dataclass, field
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
-# docker --timestamps / kubectl --timestamps / CRI (`<RFC3339> stdout F <line>`).
+# docker --timestamps / kubectl --timestamps / CRI (`<RFC3339> stdout F <line>`), and local
+# viewers that print the host's naive time in front (Docker Desktop: `2025-07-10 08:59:40 `,
+# or `2025-07-10T08:59:40 `). A naive wrapper gives the year only: its zone is the viewer's.
 WRAPPER_TS = (
-    r"(?P<wts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d))"
+    r"(?P<wts>\d{4}-\d\d-\d\d(?:T\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+    r"| \d\d:\d\d:\d\d(?:[.,]\d+)?))"
     r"\s+(?:(?:stdout|stderr) [FP] )?"
 )
 # `(APIServer pid=1) `, `(RayWorkerWrapper pid=263, ip=10.0.16.95) `, `(task, pid=17433) `,
@@ -33,6 +36,10 @@ PROCESS = (
     r"(?:, ip=[^)\n]*)?\) ?"
 )
 RANK = r"\[(?P<rank>rank\d+)\]: ?"
+# docker compose's service column (`vllm-1  | `, `llm_server_1 | `) in front of any output.
+COMPOSE = r"[A-Za-z0-9][\w.-]{0,80} +\| "
+# A tag some launchers print between the process prefix and the level (vllm-omni `[Stage-0] `).
+TAG = r"(?:\[[A-Za-z][A-Za-z0-9_.-]*\] )?"
 # `INFO 05-09 00:49:33 scheduler.py:1057] ` (<= v0.7.3) and `INFO 05-09 00:49:33 [loggers.py:116] `
 # (v0.8.0+). The level is optional because pastes lose leading characters.
 HEADER = (
@@ -52,14 +59,38 @@ LAST_PROCESS = (
     r"(?:, ip=[^)]*)?\)[^()]*$"
 )
 RANK_PREFIX = r"\[(rank[0-9]+)\]:"
-LEADING_WRAPPER_TS = r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2}))\s"
+LEADING_WRAPPER_TS = (
+    r"^([0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2})?"
+    r"| [0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?))\s"
+)
 # Uvicorn's level prefix (`INFO:     `).
 UVICORN_LEVEL = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
 # The whole envelope in front of a vLLM-formatted message: optional container timestamp,
 # anything (compose prefix, VLLM_LOGGING_PREFIX, tqdm output), optional process prefix, header.
 ENVELOPE = (
     rf"^(?:{WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{PROCESS}|{RANK})?"
-    rf"(?:\x1b\[[0-9;]*m)?[^\s(]*?{HEADER}"
+    rf"(?:\x1b\[[0-9;]*m)?{TAG}[^\s(]*?{HEADER}"
+)
+# A vLLM header whose timestamp was elided by the user (`INFO ... [gpu_worker.py:489] `,
+# `INFO ... Application startup complete.`) or printed without the date (`INFO 18:45:57
+# [loggers.py:116] `). Anchored: only a wrapper, a compose prefix and a process prefix may
+# stand in front, so no text inside a message can start one.
+# The whole timestamp removed (`INFO [gpu_worker.py:489] `) is read when the location is kept.
+# Only the `regex` module reads this pattern (it repeats group names across alternatives).
+ELIDED_ENVELOPE = (
+    rf"^(?:{WRAPPER_TS})?(?:{COMPOSE})?(?:{PROCESS}|{RANK})?{TAG}"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?:(?:(?:[01]\d-[0-3]\d )?(?:\.\.\.|…|\[\.\.\.\])"
+    r"|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "
+    r"(?:\[?(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?)?"
+    r"|\[(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?)"
+)
+# journald / syslog in front of a line (`авг 18 14:14:59 llm python3[28148]: `): the month in
+# the host's locale, host, identifier and pid. A vLLM header behind it is read as usual; a line
+# with none (a print) is that process's output.
+SYSLOG = (
+    r"^[^\W\d_]{3,9}\.? {1,2}[0-3]?\d [0-2]\d:[0-5]\d:[0-6]\d [^\s\[\]]+ "
+    r"(?P<proc>[^\s\[\]:]+)\[(?P<pid>[0-9]+)\]: "
 )
 # Uvicorn: `INFO:     172.18.0.1:59468 - "POST /v1/chat/completions HTTP/1.1" 200 OK`.
 UVICORN = (
@@ -335,6 +366,43 @@ KV_ROWS: tuple[LineFormat, ...] = (
         ),
     ),
     LineFormat(
+        "kv_cache_memory_bytes",
+        "kv_capacity",
+        "as specified by kv_cache_memory_bytes",
+        r"Initial free memory (?P<free>[\d.]+) ?GiB, reserved (?P<kv>[\d.]+) ?GiB memory for KV"
+        r" Cache as specified by kv_cache_memory_bytes",
+        "v0.10.2 – v0.33.0 (V1 workers started with --kv-cache-memory)",
+        "(EngineCore pid=316) INFO 08-21 18:37:44 [gpu_worker.py:492] Initial free memory 31.16"
+        " GiB, reserved 4.25 GiB memory for KV Cache as specified by kv_cache_memory_bytes config"
+        " and skipped memory profiling.",
+        quantities=(("free", "memory_free", "GiB"), ("kv", "memory_for_kv", "GiB")),
+    ),
+    LineFormat(
+        "free_memory_on_device",
+        "kv_capacity",
+        "Free memory on device ",
+        r"Free memory on device(?: [^ (]+)? \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on"
+        r" startup(?:\. Desired GPU memory utilization is | is less than desired GPU memory"
+        r" utilization )\((?P<util>[\d.]+), (?P<budget>[\d.]+) GiB\)"
+        r"(?:[^\n]*? Current kv cache memory in use is (?P<kv>[\d.]+) ?(?P<kv_unit>GiB|bytes))?",
+        "v0.10.2 – v0.33.0 (INFO, DEBUG v0.11.0 – v0.25.1; the kv part ends in bytes in"
+        " v0.10.2 – v0.11.x, in GiB later); the startup refusal `… is less than desired …`",
+        "(Worker_TP1 pid=1806414) INFO 10-23 15:14:56 [gpu_worker.py:391] Free memory on device"
+        " (139.21/139.81 GiB) on startup. Desired GPU memory utilization is (0.9, 125.83 GiB)."
+        " Actual usage is 74.28 GiB for weight, 5.58 GiB for peak activation, 1.38 GiB for"
+        " non-torch memory, and 2.37 GiB for CUDAGraph memory. Replace gpu_memory_utilization"
+        " config with `--kv-cache-memory=45175492096` to fit into requested memory, or"
+        " `--kv-cache-memory=59540753920` to fully utilize gpu memory. Current kv cache memory in"
+        " use is 47878721024 bytes.",
+        quantities=(
+            ("free", "memory_free", "GiB"),
+            ("total", "memory_total", "GiB"),
+            ("util", "gpu_memory_utilization", "fraction"),
+            ("budget", "memory_budget", "GiB"),
+            ("kv", "memory_for_kv", "GiB"),
+        ),
+    ),
+    LineFormat(
         "cache_config_info",
         "kv_capacity",
         "num_gpu_blocks is: ",
@@ -554,6 +622,48 @@ ACCESS_ROW = LineFormat(
     "all (uvicorn default access format; `(APIServer pid=N)` prefix v0.10.1 – v0.30.0)",
     '(APIServer pid=1) INFO:     172.18.0.1:59468 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
 )
+
+# A traceback frame's `  File "…", line N, in f` line (its code line follows it).
+TRACEBACK_FRAME = r'^ +File "[^"]+", line [0-9]+(?:, in [^ ]+)?$'
+# Lines with no envelope that are still plainly a program's output (they become `other` rows
+# with a null level): Python tracebacks (raw since v0.31.0, where the process prefix is gone),
+# Python warnings and tqdm progress bars. Each is recognised by its own shape, anchored at the
+# start.
+PLAIN_LINES: tuple[tuple[str, str], ...] = (
+    ("traceback", r"^Traceback \(most recent call last\):$"),
+    (
+        "traceback",
+        r"^(?:During handling of the above exception, another exception occurred|"
+        r"The above exception was the direct cause of the following exception):$",
+    ),
+    ("traceback", TRACEBACK_FRAME),
+    ("traceback", r"^ +[\^~]+$"),
+    (
+        "traceback",
+        r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*"
+        r"(?:Error|Exception|Exit|Interrupt|Warning)(?:: [^\n]*)?$",
+    ),
+    # Python's warnings module: `/path/file.py:2356: UserWarning: message`
+    ("warning", r"^[^\s:][^:\n]{0,300}\.py:[0-9]+: [A-Za-z_][A-Za-z0-9_.]*Warning: "),
+    (
+        "progress",
+        r"^[^|\n]{0,200}: *[0-9]{1,3}%(?:\|[^|\n]{0,200}\|| Completed \|)"
+        r" *[0-9]+/[0-9]+ \[",
+    ),
+)
+
+# Ray's log deduplication (`RAY_DEDUP_LOGS`, on by default): after printing a line, Ray holds
+# back its repeats for a few seconds and then prints the last one once with this suffix; N is
+# the number of held-back lines, so the suffixed line stands for N lines (the first one was
+# printed on its own before). The note in parentheses follows the first such suffix only.
+RAY_REPEAT = (
+    r" \[repeated (?P<repeat>[0-9]{1,12})x across cluster\]"
+    r"(?: \(Ray deduplicates logs by default\.[^\n]*\))?"
+)
+RAY_REPEAT_LITERAL = "x across cluster]"
+# Ray buffers repeats for ~5 s; a larger count than this is not a real log (and each repeat is
+# a row): the line is unrecognised with that reason.
+RAY_REPEAT_MAX = 10_000
 
 # Kinds whose messages go through the per-line path (rare lines, rich payloads).
 PYTHON_ROWS: tuple[LineFormat, ...] = PREEMPTION_ROWS + KV_ROWS + CONFIG_ROWS

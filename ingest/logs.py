@@ -21,14 +21,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import numpy as np
 import polars as pl
-from preemptscope.ingest import _lines, _native
+from preemptscope.ingest import _lines
 from preemptscope.ingest import catalogue as cat
-from preemptscope.ingest._native import ACCESS, BLANK, OTHER, REQUEST, UNDECIDED
 from preemptscope.ingest._reader import (
     CHUNK_BYTES,
     display_name,
@@ -43,6 +40,7 @@ from preemptscope.ingest._time import (
     bulk_years,
     line_years,
     stamp,
+    time_from_name,
 )
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting, LogFrames
 
@@ -58,6 +56,9 @@ __all__ = [
 ]
 
 
+YEAR_RANGE = (1970, 2100)  # years --year and --start accept
+
+
 @dataclass(frozen=True)
 class ParseOptions:
     """How to read timestamps that have no year and no zone."""
@@ -66,8 +67,21 @@ class ParseOptions:
     start: datetime | None = None  # --start: time of the first record, anchors year inference
     tz: str = "UTC"  # zone of the log's naive timestamps (IANA name); frames hold UTC
     reference_time: datetime | None = None  # e.g. file mtime; used when nothing better tells
+    name_time: datetime | None = None  # a date in the file name; before the mtime
+    # Take the year from a wrapper/JSON time anywhere in the first batch, not only on the first
+    # record. Files turn it on (their first batch is the first chunk, whatever the caller);
+    # `parse_lines` batches keep it off, so batches of lines date exactly as one go does.
+    year_from_content: bool = False
 
     def __post_init__(self) -> None:
+        # Outside this, --year 0 overflows and --year 20260 silently nulls every timestamp.
+        low, high = YEAR_RANGE
+        if self.year is not None and not low <= self.year <= high:
+            raise ConfigError(f"--year {self.year}: expected a year from {low} to {high}")
+        if self.start is not None and not low <= self.start.year <= high:
+            raise ConfigError(
+                f"--start {self.start.isoformat()}: expected a year from {low} to {high}"
+            )
         try:
             ZoneInfo(self.tz)
         except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -115,18 +129,8 @@ _REQ_GROUPS = "|".join(
 )
 _REQ_VALID = cat.HEADER_CORE + "(?:" + _REQ_GROUPS + ")"
 _STATS_EXTRACT = cat.ENVELOPE + r"(?P<msg>[^\r\n]*)"
-# The native scanner settles the plain lines with the same literals as the probes below.
 # uvicorn's access shape: ` HTTP/` and, around the client, `INFO:` and ` - "`.
 _ACCESS_HTTP, _ACCESS_LEVEL, _ACCESS_DASH = " HTTP/", "INFO:", ' - "'
-_SCANNER_ROWS = _native.literal_table(
-    access_literals=(_ACCESS_HTTP, _ACCESS_LEVEL, _ACCESS_DASH),
-    python_literals=_PY_LITERALS,
-    stats_literals=_STATS_LITERALS,
-    request_starts=_REQ_STARTS,
-    request_literals=_REQ_LITERALS,
-    ansi_literals=_ANSI_LITERALS,
-)
-_SCANNER = _native.Scanner(_SCANNER_ROWS) if _native.available() else None
 
 
 def _kind_columns(kind: str) -> dict[str, pl.DataType]:
@@ -163,6 +167,47 @@ def _envelope_columns() -> list[pl.Expr]:
 def _pct(expr: pl.Expr) -> pl.Expr:
     # Polars turns `/ 100` into `* 0.01`; the per-line path does the same (_lines._fraction).
     return expr.cast(pl.Float64, strict=False) * 0.01
+
+
+_STATS_INTS = ("engine", "running", "waiting", "swapped", "deferred", "preemptions")
+_STATS_FLOATS = (
+    "prompt_throughput",
+    "generation_throughput",
+    "throughput_v01",
+    "gpu_kv_cache_usage",
+    "cpu_kv_cache_usage",
+    "prefix_cache_hit_rate",
+    "external_prefix_cache_hit_rate",
+    "mm_cache_hit_rate",
+)
+
+
+def _stats_invalid(msg: pl.Expr) -> pl.Expr:
+    """The first stats field whose text is no number of its column (null when all fit)."""
+    checks = []
+    for name, pattern in cat.STATS_FIELDS:
+        if name not in _STATS_INTS and name not in _STATS_FLOATS:
+            continue
+        text = msg.str.extract(pattern, 1)
+        value = text.cast(pl.Int64 if name in _STATS_INTS else pl.Float64, strict=False)
+        bad = text.is_not_null() & (value.is_null() | ~value.cast(pl.Float64).is_finite())
+        checks.append(pl.when(bad).then(pl.lit(f"scheduler_stats.{name}")))
+    return pl.coalesce(checks)
+
+
+def _stats_frames(sub: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(stats rows, unrecognised rows: lines whose numbers do not fit their columns)."""
+    invalid = _stats_invalid(pl.col("raw").str.extract_groups(_STATS_EXTRACT).struct.field("msg"))
+    sub = sub.with_columns(invalid.alias("_invalid"))
+    bad = sub.filter(pl.col("_invalid").is_not_null())
+    if bad.height:
+        sub = sub.filter(pl.col("_invalid").is_null())
+    rejected = bad.select(
+        pl.col("line"),
+        pl.col("raw").str.strip_chars_end("\r\n").alias("text"),
+        pl.concat_str([pl.lit("number not valid: "), pl.col("_invalid")]).alias("reason"),
+    )
+    return _stats_frame(sub.drop("_invalid")), rejected
 
 
 def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
@@ -214,7 +259,9 @@ def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
 
 # Bulk lines (requests, access, other) are taken apart with positions and small regexes on
 # short slices: one envelope regex with captures over every line costs several times more.
-_TS_FIND = cat.TIMESTAMP
+# The timestamp of the header, with its location: a bare `MM-DD HH:MM:SS ` also matches inside
+# a wrapper's date (`2025-07-10 08:59:40 ERROR 07-09 17:59:40 [core.py:586] `).
+_TS_FIND = cat.HEADER_CORE
 _LEVEL_FIND = cat.UVICORN_LEVEL
 _ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
 _LEVEL_BEFORE_TS = r"(DEBUG|INFO|ERROR|WARNING|CRITICAL) $"
@@ -418,6 +465,9 @@ def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
     )
 
 
+_UNRECOGNIZED_ROWS = {"line": pl.Int64, "text": pl.String, "reason": pl.String}
+
+
 @dataclass
 class _Batch:
     frames: dict[str, list[pl.DataFrame]]
@@ -465,7 +515,7 @@ def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
 
 
 def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool) -> _Batch:
-    """Route every line of a Series and extract the vectorised kinds (no native scanner)."""
+    """Route every line of a Series and extract the vectorised kinds."""
     n = raw.len()
     if n == 0:
         return _Batch({kind: [] for kind in FRAME_SCHEMAS}, LineAccounting(lines=0), {})
@@ -484,97 +534,6 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
 
     routed, odd_parts = _cascade(df)
     return _assemble(routed, odd_parts, {}, n, before, want_all)
-
-
-@dataclass
-class _Piece:
-    """A natively scanned chunk: what stays of it once the chunk's buffer can be released."""
-
-    lines: int
-    settled: dict[str, int]  # lines of a known kind whose text was not kept
-    kept: dict[str, pl.DataFrame]  # name -> frame(raw, line) of a known kind
-    undecided: pl.DataFrame  # raw, line, prev, prev_outside: for _cascade
-    size: int  # bytes of text kept
-
-
-def _scan_piece(chunk: memoryview, previous: str | None, want_all: bool) -> _Piece:
-    """Scan a chunk (chunk-local 0-based line numbers); runs in a worker thread."""
-    assert _SCANNER is not None
-    # Summary mode needs only the counts of the settled lines, not their text.
-    keep = (UNDECIDED, ACCESS, REQUEST, OTHER) if want_all else (UNDECIDED,)
-    scanned = _SCANNER.scan(chunk, keep)
-    settled: dict[str, int] = {}
-    kept: dict[str, pl.DataFrame] = {}
-    for code in (ACCESS, REQUEST, OTHER, BLANK):
-        if not scanned.counts[code]:
-            continue
-        name = _native.CODE_NAMES[code]
-        if code in scanned.groups:
-            kept[name] = scanned.groups[code]
-        else:
-            settled[name] = scanned.counts[code]
-    undecided = _with_prev(scanned.groups[UNDECIDED], chunk, scanned.starts, previous)
-    return _Piece(scanned.lines, settled, kept, undecided, scanned.kept_bytes)
-
-
-def _with_prev(
-    undecided: pl.DataFrame,
-    chunk: memoryview,
-    starts: np.ndarray[Any, np.dtype[np.int64]],
-    previous: str | None,
-) -> pl.DataFrame:
-    """Add `prev`, the physical line before each undecided line (for hard-wrap continuations),
-    and `prev_outside` (it is the line before the chunk); taken now, so the chunk's buffer can go.
-
-    A previous line that is itself undecided is in the frame already; only the others (plain
-    ASCII lines the scanner settled) are read from the chunk.
-    """
-    if undecided.height == 0:
-        return undecided.with_columns(
-            pl.lit(None, dtype=pl.String).alias("prev"),
-            pl.lit(False).alias("prev_outside"),
-        )
-    lines = undecided["line"]
-    follows = (lines - 1 == lines.shift(1)).fill_null(False)
-    fetch = (~follows & (lines > 0)).arg_true()
-    index = lines.gather(fetch).to_list()
-    texts = pl.Series(
-        [bytes(chunk[starts[i - 1] : starts[i]]).decode("utf-8", "replace") for i in index],
-        dtype=pl.String,
-    )
-    prev = undecided["raw"].shift(1).set(~follows, None).scatter(fetch, texts)
-    # Unwrapping (_as_read) waits until the few lines that need a previous line are known.
-    outside = lines == 0
-    if lines[0] == 0:
-        prev = prev.scatter(0, previous)
-    return undecided.with_columns(prev.rename("prev"), outside.rename("prev_outside"))
-
-
-def _route_pieces(pieces: list[_Piece], want_all: bool) -> _Batch:
-    """Route consecutive scanned pieces (global line numbers) as one batch; in a worker.
-
-    Only the undecided lines take the cascade, so batching several chunks' worth of them
-    pays the cascade's fixed cost (dozens of Polars queries) once instead of per chunk.
-    """
-    undecided = pl.concat([piece.undecided for piece in pieces])
-    routed: dict[str, list[pl.DataFrame]] = {}
-    odd_parts: list[pl.DataFrame] = []
-    if undecided.height:
-        routed, odd_parts = _cascade(undecided.drop("prev", "prev_outside"))
-    settled: dict[str, int] = {}
-    for piece in pieces:
-        for name, count in piece.settled.items():
-            settled[name] = settled.get(name, 0) + count
-        for name, frame in piece.kept.items():
-            routed.setdefault(name, []).append(frame)
-
-    def before(odd: pl.DataFrame) -> pl.Series:
-        # Odd lines are undecided lines; both are sorted by line.
-        at = undecided["line"].search_sorted(odd["line"])
-        return _as_read(undecided["prev"].gather(at), undecided["prev_outside"].gather(at))
-
-    lines = sum(piece.lines for piece in pieces)
-    return _assemble(routed, odd_parts, settled, lines, before, want_all)
 
 
 def _as_read(prev: pl.Series, outside: pl.Series) -> pl.Series:
@@ -629,9 +588,10 @@ def _cascade(df: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], list[pl.D
     def join(part: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
         return pl.concat([part, extra]) if extra.height else part
 
-    # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws.
+    # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws, Ray's
+    # deduplicated repeats (one line, several records).
     text = df["raw"]
-    odd_mask = brace
+    odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
     carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
     if carriage.any():
         odd_mask = odd_mask | (carriage & ~text.str.contains(r"^[^\r]*\r\n?$"))
@@ -705,8 +665,11 @@ def _assemble(
         counts[name] = counts.get(name, 0) + count
     accounting.blank_lines = counts.get("blank", 0)
     summarized: dict[str, int] = {}
+    rejected = pl.DataFrame(schema=_UNRECOGNIZED_ROWS)
     if "stats" in routed:
-        frames["scheduler_stats"].append(_stats_frame(pl.concat(routed["stats"], how="diagonal")))
+        stats, rejected = _stats_frames(pl.concat(routed["stats"], how="diagonal"))
+        frames["scheduler_stats"].append(stats)
+        counts["stats"] -= rejected.height
     builders = {
         "requests": ("requests", _requests_frame),
         "access": ("access", _access_frame),
@@ -736,14 +699,15 @@ def _assemble(
         if result.unrecognized:
             frames["unrecognized"].append(
                 pl.DataFrame(
-                    {
-                        "line": [line for line, _ in result.unrecognized],
-                        "text": [text for _, text in result.unrecognized],
-                    },
-                    schema={"line": pl.Int64, "text": pl.String},
+                    result.unrecognized,
+                    schema=_UNRECOGNIZED_ROWS,
+                    orient="row",
                 )
             )
         accounting.unrecognized_lines = len(result.unrecognized)
+    if rejected.height:
+        frames["unrecognized"].append(rejected)
+        accounting.unrecognized_lines += rejected.height
     fast_parsed = sum(v for k, v in counts.items() if k != "blank")
     accounting.parsed_lines = fast_parsed + parsed
     return _Batch(frames, accounting, summarized)
@@ -827,6 +791,8 @@ def _date_and_stamp(
     anchor_first(
         stamped_rows,
         state.years,
+        carried=_carried_time(kinds) if options.year_from_content else None,
+        name_time=options.name_time,
         tz=options.tz,
         year=options.year,
         start=options.start,
@@ -864,6 +830,19 @@ def _date_and_stamp(
         result.frames[kind] = stamped.select(
             [names.get(name, pl.col(name)) for name in schema]
         ).cast(schema)
+
+
+def _carried_time(kinds: dict[str, pl.DataFrame]) -> tuple[int, str, str] | None:
+    """(line, time, source) of the first row whose data carries a year: a wrapper or JSON time."""
+    found: tuple[int, str, str] | None = None
+    for frame in kinds.values():
+        for column, source in (("_wts", "wrapper"), ("_ats", "json")):
+            rows = frame.filter(pl.col(column).is_not_null())
+            if rows.height:
+                line, text = rows["line"][0], rows[column][0]
+                if found is None or line < found[0]:
+                    found = (int(line), str(text), source)
+    return found
 
 
 def _version_and_era(frames: LogFrames) -> tuple[str | None, str | None]:
@@ -946,17 +925,19 @@ def parse_lines(
 
 
 def _options_for(path: str, options: ParseOptions) -> ParseOptions:
-    if options.reference_time is not None or path == "-":
-        return options
-    try:
-        mtime = os.stat(path).st_mtime
-    except OSError:
-        return options
+    reference = options.reference_time
+    if reference is None and path != "-":
+        try:
+            reference = datetime.fromtimestamp(os.stat(path).st_mtime, tz=UTC)
+        except OSError:
+            reference = None
     return ParseOptions(
         year=options.year,
         start=options.start,
         tz=options.tz,
-        reference_time=datetime.fromtimestamp(mtime, tz=UTC),
+        reference_time=reference,
+        name_time=options.name_time or (time_from_name(path) if path != "-" else None),
+        year_from_content=True,
     )
 
 
@@ -993,7 +974,6 @@ def iter_parse_path(
     previous: str | None = None
     in_flight: deque[Future[_Batch]] = deque()
     next_line = 1
-    native = _SCANNER is not None
 
     def finish(future: Future[_Batch]) -> LogFrames:
         nonlocal next_line
@@ -1004,90 +984,23 @@ def iter_parse_path(
             deployment=dep,
             options=opts,
             state=state,
-            # Batches of scanned chunks are numbered already; routed chunks count from 1.
-            line_offset=0 if native else next_line - 1,
+            # Chunks are routed with local numbers (from 1): the count before them is known
+            # only once the earlier ones are split.
+            line_offset=next_line - 1,
         )
         next_line += batch.accounting.lines
         return frames
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        chunks = iter_chunks(name, chunk_bytes, _lines.may_continue)
-        if not native:
-            for chunk in chunks:
-                if progress is not None:
-                    progress(len(chunk))
-                in_flight.append(pool.submit(_route_chunk, chunk, 1, previous, not summary_only))
-                previous = last_line(chunk)
-                while len(in_flight) > threads:
-                    yield finish(in_flight.popleft())
-        else:
-            # Batches with every line kept are chunk-sized: one fewer in flight holds less.
-            ahead = threads if summary_only else max(1, threads - 1)
-            for batch in _scanned_batches(pool, chunks, threads, not summary_only, progress):
-                in_flight.append(batch)
-                while len(in_flight) > ahead:
-                    yield finish(in_flight.popleft())
+        for chunk in iter_chunks(name, chunk_bytes, _lines.may_continue):
+            if progress is not None:
+                progress(len(chunk))
+            in_flight.append(pool.submit(_route_chunk, chunk, 1, previous, not summary_only))
+            previous = last_line(chunk)
+            while len(in_flight) > threads:
+                yield finish(in_flight.popleft())
         while in_flight:
             yield finish(in_flight.popleft())
-
-
-# A batch of scanned pieces goes to the cascade once it holds this much text, or this many
-# chunks (summary mode keeps ~0.5 % of a chunk's text, so batches span several chunks).
-_BATCH_BYTES = 8 * 1024 * 1024
-_BATCH_CHUNKS = 8
-
-
-def _scanned_batches(
-    pool: ThreadPoolExecutor,
-    chunks: Iterator[memoryview],
-    threads: int,
-    want_all: bool,
-    progress: Callable[[int], None] | None,
-) -> Iterator[Future[_Batch]]:
-    """Scan chunks in the pool, number their lines in order, and route them in batches.
-
-    Batches are yielded in order, with global line numbers (0-based line_offset); each
-    holds whole chunks, so its accounting adds up on its own.
-    """
-    scans: deque[Future[_Piece]] = deque()
-    pieces: list[_Piece] = []
-    size = 0
-    first = 1
-    previous: str | None = None
-
-    def take(piece: _Piece) -> None:
-        nonlocal first, size
-        offset = pl.col("line") + first
-        piece.kept = {k: f.with_columns(offset) for k, f in piece.kept.items()}
-        piece.undecided = piece.undecided.with_columns(offset)
-        first += piece.lines
-        size += piece.size
-        pieces.append(piece)
-
-    def flush() -> Future[_Batch]:
-        nonlocal pieces, size
-        batch = pool.submit(_route_pieces, pieces, want_all)
-        pieces, size = [], 0
-        return batch
-
-    def drain(ahead: int) -> Iterator[Future[_Batch]]:
-        """Take finished scans until `ahead` are left, flushing full batches."""
-        while len(scans) > ahead:
-            take(scans.popleft().result())
-            if size >= _BATCH_BYTES or len(pieces) >= _BATCH_CHUNKS:
-                yield flush()
-
-    for chunk in chunks:
-        if progress is not None:
-            progress(len(chunk))
-        scans.append(pool.submit(_scan_piece, chunk, previous, want_all))
-        previous = last_line(chunk)
-        # With every line kept, a scanned piece is as big as its chunk and routing it takes
-        # ~15x longer than scanning: scanning ahead would only hold memory.
-        yield from drain(1 if want_all else threads)
-    yield from drain(0)
-    if pieces:
-        yield flush()
 
 
 def parse_path(

@@ -23,6 +23,8 @@ import json
 import math
 import re
 import threading
+import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
@@ -37,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from preemptscope.errors import InputError, ScrapeError
 
 __all__ = [
+    "MAX_SCRAPE_BYTES",
     "PREFIXES",
     "RENAMES",
     "SNAPSHOT_SUFFIXES",
@@ -45,6 +48,7 @@ __all__ = [
     "parse_metrics_text",
     "read_metrics_path",
     "scrape_once",
+    "snapshot_notes",
     "timestamp_from_name",
 ]
 
@@ -95,10 +99,11 @@ def _classify(
     """(base name, type, sample kind) of one sample; `bases` from `_owner_types`."""
     kind = _TYPES.get(family_type, "unknown")
     if name.endswith("_created"):
-        # prometheus-client writes `_created` as its own gauge family: tie it to its owner.
+        # prometheus-client writes `_created` as its own gauge family: tie it to its owner,
+        # also when the owner's own samples are not in this text (a window of a paste, a
+        # filtered scrape); only counters, histograms and summaries have one.
         owner = name.removesuffix("_created")
-        if owner in bases:
-            return owner, bases[owner], "created"
+        return owner, bases.get(owner, "unknown"), "created"
     if kind in ("histogram", "summary"):
         split = _strip_suffix(name, _HISTOGRAM_SUFFIXES)
         if split is not None:
@@ -346,6 +351,21 @@ def parse_metrics_text(
     ).select(METRIC_SAMPLES.names())
 
 
+def snapshot_notes(frame: pl.DataFrame) -> list[str]:
+    """What a reader must know about /metrics samples before trusting them (for the report)."""
+    vllm = frame.filter(
+        pl.col("raw_name").str.starts_with("vllm:") | pl.col("raw_name").str.starts_with("ray_vllm")
+    )
+    if vllm.height:
+        return []
+    if frame.height == 0:
+        return [
+            "no vLLM samples: the text has no samples at all (HELP/TYPE lines only; "
+            "vLLM's metrics were not enabled, or the scrape was cut)"
+        ]
+    return [f"no vLLM samples: {frame.height} other sample(s) only (is this vLLM's /metrics?)"]
+
+
 # ISO 8601 extended (colons may be written as dashes in file names), ISO basic, or epoch.
 _ISO_EXTENDED = re.compile(
     r"(?P<date>\d{4}-\d{2}-\d{2})[T_ ](?P<h>\d{2})[:\-](?P<m>\d{2})[:\-](?P<s>\d{2})"
@@ -448,28 +468,109 @@ def read_metrics_path(
     return pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
 
 
-def fetch_metrics_text(url: str, *, timeout: float, client: httpx.Client | None = None) -> str:
-    """GET a /metrics endpoint; ScrapeError on any failure (network, HTTP status, encoding)."""
+# A vLLM /metrics body is well under 1 MiB; far beyond that is a broken or hostile target.
+MAX_SCRAPE_BYTES = 16 * 1024 * 1024
+_DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def fetch_metrics_text(
+    url: str,
+    *,
+    timeout: float,
+    client: httpx.Client | None = None,
+    max_bytes: int = MAX_SCRAPE_BYTES,
+) -> str:
+    """GET a /metrics endpoint; ScrapeError on any failure (network, HTTP status, encoding).
+
+    A target is not trusted: no redirect is followed (it could point at another local
+    service), the body is capped at `max_bytes` AFTER decompression (a gzip bomb), and
+    `timeout` is a deadline for the whole scrape, not per read (a body trickled a byte at a
+    time). A target that stops sending altogether is cut by the read timeout, so a scrape
+    never takes longer than twice `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    own = client is None
+    session = httpx.Client() if client is None else client
     try:
-        if client is None:
-            response = httpx.get(url, timeout=timeout, follow_redirects=True)
-        else:
-            response = client.get(url, timeout=timeout, follow_redirects=True)
+        with session.stream(
+            "GET",
+            url,
+            timeout=httpx.Timeout(timeout),
+            follow_redirects=False,
+            headers={"Accept-Encoding": "gzip", "Accept": "text/plain"},
+        ) as response:
+            if response.is_redirect:
+                where = response.headers.get("location", "?")
+                raise ScrapeError(
+                    url,
+                    f"HTTP {response.status_code} redirect to {where} not followed"
+                    " (scrape the final URL)",
+                )
+            if response.status_code != 200:
+                raise ScrapeError(url, f"HTTP {response.status_code} {response.reason_phrase}")
+            body = _read_capped(response, url, deadline=deadline, timeout=timeout, cap=max_bytes)
     except httpx.TimeoutException:
         raise ScrapeError(url, f"timed out after {timeout:g} s") from None
     except httpx.HTTPError as exc:
         raise ScrapeError(url, f"{type(exc).__name__}: {exc}") from None
-    if response.status_code != 200:
-        raise ScrapeError(url, f"HTTP {response.status_code} {response.reason_phrase}")
-    return response.text
+    finally:
+        if own:
+            session.close()
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScrapeError(url, f"body is not UTF-8 text (byte {exc.start})") from None
+
+
+def _read_capped(
+    response: httpx.Response, url: str, *, deadline: float, timeout: float, cap: int
+) -> bytes:
+    """The decoded body, refusing more than `cap` bytes and stopping at `deadline`."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", "", *_DECODERS):
+        raise ScrapeError(url, f"unsupported Content-Encoding {encoding!r}")
+    decoder = zlib.decompressobj(_DECODERS[encoding]) if encoding in _DECODERS else None
+    parts: list[bytes] = []
+    size = 0
+
+    def take(data: bytes) -> None:
+        nonlocal size
+        size += len(data)
+        if size > cap:
+            raise ScrapeError(url, f"body larger than {cap} bytes (decompressed); not read")
+        parts.append(data)
+
+    for raw in response.iter_raw():  # as received (a chunk size would wait to fill it)
+        if time.monotonic() > deadline:
+            raise ScrapeError(url, f"timed out after {timeout:g} s (body still arriving)")
+        if decoder is None:
+            take(raw)
+            continue
+        try:
+            # max_length bounds what one compressed chunk may expand to (a bomb expands
+            # 1000-fold); the rest waits in unconsumed_tail.
+            data = decoder.decompress(raw, cap + 1 - size)
+            take(data)
+            while decoder.unconsumed_tail:
+                take(decoder.decompress(decoder.unconsumed_tail, cap + 1 - size))
+        except zlib.error as exc:
+            raise ScrapeError(url, f"broken {encoding} body: {exc}") from None
+    if decoder is not None:
+        take(decoder.flush())
+    return b"".join(parts)
 
 
 def scrape_once(
-    url: str, *, timeout: float, deployment: str, now: datetime | None = None
+    url: str,
+    *,
+    timeout: float,
+    deployment: str,
+    now: datetime | None = None,
+    max_bytes: int = MAX_SCRAPE_BYTES,
 ) -> pl.DataFrame:
     """Scrape one /metrics URL into METRIC_SAMPLES; ScrapeError when it cannot be read or parsed."""
     stamp = now if now is not None else datetime.now(UTC)
-    text = fetch_metrics_text(url, timeout=timeout)
+    text = fetch_metrics_text(url, timeout=timeout, max_bytes=max_bytes)
     try:
         return parse_metrics_text(text, timestamp=stamp, source=url, deployment=deployment)
     except InputError as exc:

@@ -118,6 +118,8 @@ UNRECOGNIZED = pl.Schema(
         "line": pl.Int64(),
         "deployment": pl.String(),
         "text": pl.String(),
+        # why: "no known format", "number out of range: ...", "line longer than ... bytes"
+        "reason": pl.String(),
     }
 )
 

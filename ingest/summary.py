@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LogFrames
+from preemptscope.ingest.versions import v0_warns_preemption
 
 LAST_STATS_KEYS = (
     "timestamp",
@@ -161,7 +162,9 @@ class LogSummary:
             total = self.stats_preemption_sum
             basis = "v1_stats_field"
         else:
-            total = None if self.log_era in ("v1", None) else 0
+            # V0 warns from v0.4.3 only: a 0 needs a version that would have warned.
+            warns = self.log_era not in ("v1", None) and v0_warns_preemption(self.vllm_version)
+            total = 0 if warns else None
             basis = "none" if total is None else "v0_no_warnings"
         return {
             "path": self.path,

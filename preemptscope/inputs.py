@@ -6,17 +6,19 @@ Grouping is logic, so it lives below both the CLI (`preemptscope report`, `demo`
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 
+from preemptscope import sniff
 from preemptscope.analysis.analyze import DeploymentInputs
 from preemptscope.analysis.report import SourceSummary
-from preemptscope.errors import ConfigError
+from preemptscope.errors import ConfigError, InputError
 from preemptscope.fleet import Fleet, join_local
 from preemptscope.ingest import archive, bench, metrics
 from preemptscope.ingest.logs import ParseOptions, iter_log_paths, parse_path
@@ -70,6 +72,8 @@ class LoadOptions:
     # The time range read from Parquet archives (`parse --out` directories); None: all.
     archive_start: datetime | None = None
     archive_end: datetime | None = None
+    # Told about each log input left out because it holds no vLLM line (sniff.describe says why).
+    on_skip: Callable[[SourceSummary], None] | None = None
 
 
 def _resolve_names(
@@ -114,6 +118,8 @@ def load_inputs(
         if archive.is_archive(path):  # written by `parse --out`: read back, not parsed
             archives.append((path, name))
             continue
+        if (hint := sniff.metrics_only_dir(path)) is not None:
+            raise InputError(path, hint)
         specs.append(f"{path}={stem(path)}" if name is None and Path(path).is_dir() else spec)
     logs = list(iter_log_paths(specs)) if specs else []
     archived = _read_archives(archives, opts)
@@ -131,6 +137,7 @@ def load_inputs(
     def entry(name: str) -> DeploymentInputs:
         return by_name.setdefault(name, DeploymentInputs(name))
 
+    skipped: list[tuple[str, SourceSummary]] = []  # (why, its summary)
     for path, name in named_logs:
         if name in archived and archived[name][0] == path:
             frames = archived[name][1]
@@ -138,9 +145,20 @@ def load_inputs(
             entry(name).sources.append(archive_summary(frames, name))
             continue
         frames = parse_path(path, deployment=name, options=opts.parse)
+        if not sniff.holds_vllm(frames.record_counts()):
+            skipped.append(_skipped(frames, name, path))
+            continue
         target = entry(name)
         target.logs.append(frames)
         target.sources.append(log_summary(frames, name))
+    if skipped and not by_name and not resolved:
+        more = len(skipped) - 1
+        also = f" ({more} more input{'s' if more > 1 else ''} without a vLLM line)" if more else ""
+        raise InputError(skipped[0][1].path, skipped[0][0] + also)
+    for why, source in skipped:
+        source.notes.append(f"{why}; left out of the analysis")
+        if opts.on_skip is not None:
+            opts.on_skip(source)
     for kind, path, name in resolved:
         target = entry(name)
         if kind == "metrics":
@@ -155,23 +173,24 @@ def load_inputs(
                         "samples": frame.height,
                         "scrapes": frame["timestamp"].n_unique() if frame.height else 0,
                     },
+                    notes=metrics.snapshot_notes(frame),
                 )
             )
         else:
+            # A summary-only result (no per-request rows) is a run-level source, not an error.
             result = bench.read_bench(path, deployment=name, start=opts.bench_start)
-            if result.latencies.is_empty():
-                # Whole-run figures cannot be placed in windows: say so instead of ignoring.
-                bench.read_latencies(path, deployment=name, start=opts.bench_start)
             latency_frames.setdefault(name, []).append(result.latencies)
+            target.runs.extend((path, run) for run in result.runs)
             target.sources.append(
                 SourceSummary(
                     path=path,
                     kind="bench",
                     deployment=name,
-                    records={"requests": result.latencies.height},
+                    records={"requests": result.latencies.height, "runs": len(result.runs)},
                     notes=list(result.notes),
                 )
             )
+    _split_servers(by_name)
     for name, parts in metric_frames.items():
         by_name[name].metrics = pl.concat(parts, how="vertical").sort(
             "timestamp", maintain_order=True
@@ -229,10 +248,159 @@ def archive_summary(frames: LogFrames, name: str) -> SourceSummary:
     )
 
 
+# -------------------------------------------------------------------------------------------
+# Several servers under one name: tell them apart, never sum their running counts.
+
+# Two KV sizes (blocks or tokens) further apart than this are two engines, not one.
+KV_SIZE_TOLERANCE = 0.01
+
+
+@dataclass
+class _Server:
+    logs: list[LogFrames]
+    families: set[str]
+    kv: set[float]
+    first: datetime | None
+    last: datetime | None
+
+
+def _stats_span(frames: LogFrames) -> tuple[datetime | None, datetime | None]:
+    times = frames["scheduler_stats"]["timestamp"].drop_nulls()
+    if times.is_empty():
+        return None, None
+    low, high = times.min(), times.max()
+    assert isinstance(low, datetime) and isinstance(high, datetime)
+    return low, high
+
+
+def _end(server: _Server, default: datetime) -> float:
+    return (server.last or default).timestamp()
+
+
+def _family(frames: LogFrames) -> str:
+    """One file and its rotations (vllm.log, vllm.log.1, vllm.log.2.gz) share a family."""
+    return str(Path(frames.source).parent / stem(frames.source))
+
+
+def _kv_sizes(frames: LogFrames) -> set[float]:
+    """The KV sizes an engine start printed: GPU blocks and KV tokens (either tells)."""
+    kv = frames["kv_capacity"].filter(
+        pl.col("kind").is_in(["gpu_blocks", "kv_cache_tokens"]) & pl.col("value").is_not_null()
+    )
+    return {float(v) for v in kv["value"].to_list()}
+
+
+def _kv_conflict(a: set[float], b: set[float]) -> bool:
+    if not a or not b:
+        return False
+    return not any(abs(x - y) <= KV_SIZE_TOLERANCE * max(x, y) for x in a for y in b)
+
+
+def group_servers(logs: Sequence[LogFrames]) -> list[list[LogFrames]]:
+    """The log files of one name, grouped by the server that wrote them.
+
+    Two files are one server's when they are rotations of one file (vllm.log, vllm.log.1),
+    or when their stats never overlap in time (restarts) and their engines' KV sizes agree;
+    files whose stats run at the same time are different servers. Files without
+    stats (a startup alone) join the server of their family, else of the same KV size, else
+    the only server.
+    """
+    servers: list[_Server] = []
+    timed = sorted(
+        (lf for lf in logs if _stats_span(lf)[0] is not None),
+        key=lambda lf: _stats_span(lf)[0],  # type: ignore[arg-type,return-value]
+    )
+    for lf in timed:
+        first, last = _stats_span(lf)
+        assert first is not None and last is not None
+        family, kv = _family(lf), _kv_sizes(lf)
+        fits = [
+            server
+            for server in servers
+            # Rotations of one file are one server's history, whatever their times say;
+            # other files join a server only after it (no overlap) with the same KV size.
+            if family in server.families
+            or (server.last is not None and server.last < first and not _kv_conflict(server.kv, kv))
+        ]
+        fits.sort(key=lambda srv: (family not in srv.families, -_end(srv, first)))
+        if fits:
+            server = fits[0]
+            server.logs.append(lf)
+            server.families.add(family)
+            server.kv |= kv
+            server.last = max(server.last or last, last)
+        else:
+            servers.append(_Server([lf], {family}, kv, first, last))
+    for lf in logs:
+        if _stats_span(lf)[0] is not None:
+            continue
+        family, kv = _family(lf), _kv_sizes(lf)
+        home = next((srv for srv in servers if family in srv.families), None)
+        home = home or next((srv for srv in servers if kv and not _kv_conflict(srv.kv, kv)), None)
+        if home is None and len(servers) == 1:
+            home = servers[0]
+        if home is None:
+            servers.append(_Server([lf], {family}, kv, None, None))
+        else:
+            home.logs.append(lf)
+            home.kv |= kv
+    return [sorted(srv.logs, key=lambda lf: lf.source) for srv in servers]
+
+
+def _split_servers(by_name: dict[str, DeploymentInputs]) -> None:
+    """Replace each name that holds several servers by one deployment per server (its group).
+
+    /metrics and client results given for the name stay with it when one server is found;
+    with several they cannot be told apart, so they form the group's own member, NAME.
+    """
+    for name, target in list(by_name.items()):
+        servers = group_servers(target.logs) if len(target.logs) > 1 else []
+        if len(servers) < 2:
+            continue
+        labels = _server_labels(servers)
+        order = list(by_name)
+        members: dict[str, DeploymentInputs] = {}
+        for label, logs in zip(labels, servers, strict=True):
+            member = f"{name}/{label}"
+            paths = {lf.source for lf in logs}
+            members[member] = DeploymentInputs(
+                member,
+                logs=logs,
+                sources=[
+                    dataclasses.replace(src, deployment=member)
+                    for src in target.sources
+                    if src.kind == "log" and src.path in paths
+                ],
+                group=name,
+            )
+        rest = [src for src in target.sources if src.kind != "log"]
+        if rest:
+            members[name] = DeploymentInputs(name, sources=rest, runs=target.runs, group=name)
+        at = order.index(name)
+        rebuilt = {k: by_name[k] for k in order[:at]} | members
+        rebuilt |= {k: by_name[k] for k in order[at + 1 :]}
+        by_name.clear()
+        by_name.update(rebuilt)
+
+
+def _server_labels(servers: Sequence[Sequence[LogFrames]]) -> list[str]:
+    """A readable, unique label per server: its file's stem, else server-1, server-2, ..."""
+    stems = ["+".join(dict.fromkeys(stem(lf.source) for lf in logs)) for logs in servers]
+    if len(set(stems)) == len(stems):
+        return stems
+    return [f"server-{i}" for i in range(1, len(servers) + 1)]
+
+
 def _read_metrics(spec: str, name: str, opts: LoadOptions) -> pl.DataFrame:
     if spec.startswith(("http://", "https://")):
         return metrics.scrape_once(spec, timeout=opts.scrape_timeout_s, deployment=name)
     return metrics.read_metrics_path(spec, deployment=name)
+
+
+def _skipped(frames: LogFrames, name: str, path: str) -> tuple[str, SourceSummary]:
+    """A log input with no vLLM line: what it looks like, and its summary."""
+    why = sniff.describe_path(path, frames.accounting.lines, report=True)
+    return why, log_summary(frames, name)
 
 
 def log_summary(frames: LogFrames, name: str) -> SourceSummary:

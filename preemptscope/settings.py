@@ -24,6 +24,8 @@ from preemptscope.errors import ConfigError
 from preemptscope.k8s import downward_api_name, name_from_log_path
 
 ENV_PREFIX = "PREEMPTSCOPE_"
+# Not vLLM's 8000 (the service usually runs next to vLLM), not an allocated exporter port.
+DEFAULT_PORT = 18700
 Kind = Literal["str", "int", "bool", "duration", "bytes", "list", "choice"]
 
 
@@ -73,7 +75,23 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "host", "str", "127.0.0.1", "Address to bind. Use 0.0.0.0 only behind a network policy."
     ),
-    Setting("port", "int", 8000, "TCP port to bind (0 picks a free one)."),
+    Setting(
+        "port",
+        "int",
+        DEFAULT_PORT,
+        "TCP port to bind (0 picks a free one). The default is used by no common LLM server"
+        " (vLLM and Triton take 8000, llama.cpp and TGI 8080, SGLang 30000, Ollama 11434)"
+        " and by no exporter in Prometheus' port list.",
+    ),
+    Setting(
+        "allowed_hosts",
+        "list",
+        [],
+        "Host names the service answers to besides IP addresses, localhost and --host (a"
+        " request for any other Host gets 400: DNS rebinding). `*` turns the check off."
+        " In the environment, separate entries with commas.",
+        metavar="NAME",
+    ),
     Setting(
         "token",
         "str",
@@ -139,7 +157,20 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="ZONE",
     ),
     Setting("scrape_interval", "duration", 10.0, "Interval between scrapes of each --scrape URL."),
-    Setting("scrape_timeout", "duration", 5.0, "Timeout of one scrape."),
+    Setting(
+        "scrape_timeout",
+        "duration",
+        5.0,
+        "Deadline of one whole scrape (not per read: a body trickled byte by byte is cut too)."
+        " No redirect is followed.",
+    ),
+    Setting(
+        "scrape_max_size",
+        "bytes",
+        16 * 1024 * 1024,
+        "Largest /metrics body read from a --scrape target, after decompression (a gzip"
+        " bomb is refused, counted as a failed scrape).",
+    ),
     Setting(
         "start_at",
         "choice",
@@ -160,6 +191,28 @@ SETTINGS: tuple[Setting, ...] = (
         "info",
         "Level of preemptscope's own log on stderr.",
         choices=("debug", "info", "warning", "error"),
+    ),
+    Setting(
+        "log_format",
+        "choice",
+        "text",
+        "Format of the log on stderr: lines for people, or one JSON object per line for log"
+        " collectors.",
+        choices=("text", "json"),
+    ),
+    Setting(
+        "access_log",
+        "bool",
+        False,
+        "Log every HTTP request (method, path, status, duration; query values such as"
+        " ?token= are redacted). Off: only errors are logged.",
+    ),
+    Setting(
+        "ready_after",
+        "duration",
+        300.0,
+        "/readyz fails (503) when the newest record read (log line or scrape) is older than"
+        " this: the inputs went quiet or the analysis is stuck.",
     ),
 )
 
@@ -187,6 +240,7 @@ class ServeSettings:
     state_dir: Path
     host: str
     port: int
+    allowed_hosts: tuple[str, ...]
     token: str | None
     protect_metrics: bool
     window: float
@@ -199,9 +253,13 @@ class ServeSettings:
     log_timezone: str
     scrape_interval: float
     scrape_timeout: float
+    scrape_max_size: int
     start_at: str
     max_upload: int
     log_level: str
+    log_format: str
+    access_log: bool
+    ready_after: float
     origins: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -267,7 +325,11 @@ def _convert(setting: Setting, raw: Any, origin: str) -> Any:
         if setting.kind == "int":
             if isinstance(raw, bool) or not isinstance(raw, int | str):
                 raise ValueError(f"expected an integer, got {raw!r}")
-            value = int(raw)
+            try:
+                value = int(raw)
+            except ValueError:
+                what = "a port number 0..65535" if setting.name == "port" else "an integer"
+                raise ValueError(f"expected {what}, got {raw!r}") from None
             if setting.name == "port" and not 0 <= value <= 65535:
                 raise ValueError(f"expected a port 0..65535, got {value}")
             return value
@@ -455,6 +517,7 @@ def _build(values: dict[str, Any], origins: dict[str, str]) -> ServeSettings:
         state_dir=Path(values["state_dir"]),
         host=values["host"],
         port=values["port"],
+        allowed_hosts=tuple(_host_name(h) for h in values["allowed_hosts"]),
         token=token,
         protect_metrics=values["protect_metrics"],
         window=values["window"],
@@ -467,11 +530,25 @@ def _build(values: dict[str, Any], origins: dict[str, str]) -> ServeSettings:
         log_timezone=values["log_timezone"],
         scrape_interval=values["scrape_interval"],
         scrape_timeout=values["scrape_timeout"],
+        scrape_max_size=values["scrape_max_size"],
         start_at=values["start_at"],
         max_upload=values["max_upload"],
         log_level=values["log_level"],
+        log_format=values["log_format"],
+        access_log=values["access_log"],
+        ready_after=values["ready_after"],
         origins=origins,
     )
+
+
+def _host_name(item: str) -> str:
+    name = item.strip().lower()
+    if name != "*" and not re.match(r"^[a-z0-9_.-]+$|^\[[0-9a-f:.]+\]$", name):
+        raise ConfigError(
+            f"--allowed-hosts {item!r}: expected a host name without port or scheme"
+            " (e.g. preemptscope.monitoring.svc), or *"
+        )
+    return name
 
 
 def _check_unique(items: Sequence[str], flag: str) -> None:

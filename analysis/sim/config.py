@@ -51,6 +51,14 @@ class SimConfig:
     hbm_efficiency: float = 0.75
     compute_efficiency: float = 0.5
     step_overhead_s: float = 0.003
+    # A step cost fitted from the deployment's own data (calibrate.py) replaces the roofline.
+    step_cost: FittedStepCost | None = None
+    # V1 scheduler details (vLLM 0.33 defaults): admit a waiting request only when its whole
+    # sequence fits (scheduler_reserve_full_isl), keep `watermark` x blocks free for
+    # admissions, and give a resumed request back its surviving blocks (prefix caching).
+    scheduler_reserve_full_isl: bool = True
+    watermark: float = 0.0
+    enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
@@ -72,6 +80,10 @@ class SimConfig:
             )
         if not 0 < self.hbm_efficiency <= 1 or not 0 < self.compute_efficiency <= 1:
             raise ConfigError("hbm_efficiency and compute_efficiency must be in (0, 1]")
+        if not 0 <= self.watermark < 1:
+            raise ConfigError(f"watermark must be in [0, 1), not {self.watermark}")
+        if self.block_size < 1:
+            raise ConfigError(f"block_size must be >= 1, not {self.block_size}")
 
     def capacity(self) -> KVCapacity:
         """KV blocks for this deployment from the shared KV model (or the override)."""
@@ -135,6 +147,62 @@ class SimConfig:
         return args
 
 
+# vLLM PR #37307 (merged 2026-03-24) made whole-sequence admission the default; 0.19.0 is the
+# first release we read it in. Older releases admit a prompt when its first chunk fits.
+FULL_ISL_SINCE = (0, 19)
+
+
+def reserves_full_isl(version: str | None) -> bool | None:
+    """Whether the vLLM release a log names admits whole prompts only (None: unknown)."""
+    if not version:
+        return None
+    parts = []
+    for piece in version.lstrip("v").split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece else ""
+        if not digits:
+            return None
+        parts.append(int(digits))
+    if len(parts) < 2:
+        return None
+    return (parts[0], parts[1]) >= FULL_ISL_SINCE
+
+
+@dataclass(frozen=True)
+class FittedStepCost:
+    """Step time fitted from observed data: per step + per prefill token + per decode token.
+
+    A decode token stands for one running request's step (its KV read included), so the fit
+    needs no hardware or model figures. `basis` says which data it came from.
+    """
+
+    per_step_s: float
+    per_prefill_token_s: float
+    per_decode_token_s: float
+    basis: str = ""
+    points: int = 0
+    rel_error: float | None = None  # median |fit - observed| / observed over the points
+
+    def step_time(
+        self, tokens: float, context_tokens: float, attention_pairs: float, decode: float
+    ) -> float:
+        return (
+            self.per_step_s
+            + self.per_prefill_token_s * (tokens - decode)
+            + self.per_decode_token_s * decode
+        )
+
+    def decode_step_times(self, batch: int, context0: float, steps: int) -> FloatArray:
+        times: FloatArray = np.full(
+            steps, self.per_step_s + self.per_decode_token_s * batch, dtype=np.float64
+        )
+        return times
+
+
+def cost_model(config: SimConfig) -> StepCostModel | FittedStepCost:
+    """The fitted step cost when there is one, else the roofline of the presets."""
+    return config.step_cost if config.step_cost is not None else StepCostModel.from_config(config)
+
+
 @dataclass(frozen=True)
 class StepCostModel:
     """Roofline step time: max(memory time, compute time) + a fixed per-step overhead.
@@ -171,8 +239,10 @@ class StepCostModel:
             overhead=config.step_overhead_s,
         )
 
-    def step_time(self, tokens: float, context_tokens: float, attention_pairs: float) -> float:
-        """Seconds for one step computing `tokens` new tokens.
+    def step_time(
+        self, tokens: float, context_tokens: float, attention_pairs: float, decode: float = 0.0
+    ) -> float:
+        """Seconds for one step computing `tokens` new tokens (`decode` of them decodes).
 
         context_tokens: sum over scheduled requests of their context length after the step (KV
         read); attention_pairs: sum over new tokens of the context each attends to.

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 from preemptscope.analysis.kvmodel import KVCapacity
-from preemptscope.analysis.sim.config import SimConfig, StepCostModel
+from preemptscope.analysis.sim.config import SimConfig, cost_model
 from preemptscope.analysis.sim.steps import (
     EMPTY,
     LazyState,
@@ -141,10 +141,21 @@ class _Run:
         self.workload = workload
         self.config = config
         self.cap = config.capacity()
-        self.cost = StepCostModel.from_config(config)
+        self.cost = cost_model(config)
         self.bs = config.block_size
-        self.total_blocks = self.cap.num_gpu_blocks
+        # Block 0 is the pool's null block (block_pool.py): it never holds KV.
+        self.total_blocks = self.cap.num_gpu_blocks - 1
         self.free = self.total_blocks
+        self.full_isl = config.scheduler_reserve_full_isl
+        self.watermark_blocks = int(config.watermark * self.cap.num_gpu_blocks)
+        self.caching = config.enable_prefix_caching
+        # The free queue, as counts (docs/simulator.md): blocks ever appended to its tail, and
+        # per preempted request the queue position of its freed blocks, their count and how
+        # many were full (hashed). Allocation takes from the head, so a victim's blocks
+        # survive until the head passes them; the head is in use + ever freed.
+        self.freed_total = 0
+        self.cached: dict[int, tuple[int, int, int]] = {}
+        self.cache_hit_tokens = 0
         self.until = until
         self.record_tokens = record_tokens
         self.shortcuts = shortcuts
@@ -317,8 +328,13 @@ class _Run:
                         waiting.unpop(req)
                     return False
                 break
+            if r in self.cached:  # a resumed request may hit its own blocks: the plain step
+                for req, _ in reversed(picks):
+                    waiting.unpop(req)
+                return False
             nb = -(-tokens // bs)
-            if nb > free_left:
+            wm = self.watermark_blocks if dec + len(picks) else 0
+            if nb + wm > free_left:
                 blocked = True
                 break
             waiting.pop()
@@ -336,7 +352,7 @@ class _Run:
         else:
             pairs = float(dec_context + sum(t * (t + 1) // 2 for _, t in picks))
         clock = self.clock
-        end = clock + self.cost.step_time(n_tokens, context, pairs)
+        end = clock + self.cost.step_time(n_tokens, context, pairs, decode_tokens)
         free = free_left
         lag = lz.lag = lag0 + 1
         lz.ends.append(end)
@@ -406,7 +422,34 @@ class _Run:
             join = int(self.r_join[slot])
             self.tok_req.append(np.full(lag - join + 1, r, dtype=np.int64))
             self.tok_time.append(np.asarray(lz.ends[join - 1 : lag]))
-        return -(-(base + lag) // self.bs)
+        freed = -(-(base + lag) // self.bs)
+        self.release(freed)
+        return freed
+
+    def release(self, blocks: int) -> None:
+        """Blocks appended to the free queue's tail (a finish or a preemption)."""
+        self.freed_total += blocks
+
+    def on_preempt(self, victim: int, blocks: int, computed: int) -> None:
+        if self.caching:
+            tail = self.total_blocks + self.freed_total
+            self.cached[victim] = (tail, blocks, computed // self.bs)
+        self.freed_total += blocks
+
+    def cache_hit(self, r: int, free: int) -> int:
+        """Tokens a resumed request gets back from its own surviving blocks (0: none).
+
+        vLLM frees a request's blocks tail first, so its last blocks meet the head first and
+        the survivors are a prefix; only full blocks are hashed, and the last token is always
+        recomputed (kv_cache_manager.get_computed_blocks).
+        """
+        seg = self.cached.get(r)
+        if seg is None:
+            return 0
+        pos, count, full = seg
+        head = (self.total_blocks - free) + self.freed_total
+        survivors = min(max(pos + count - head, 0), count, full)
+        return min(survivors, (int(self.ntok[r]) - 1) // self.bs) * self.bs
 
     def mark_scheduled(self, r: int, clock: float) -> None:
         if np.isnan(self.first_sched[r]):
@@ -462,7 +505,7 @@ class _Run:
                 sched, budget, free, preempted = schedule_running(
                     running, waiting, self.ntok, self.computed, self.blocks, self.prio,
                     self.arrival, self.npre, self.pre_t, self.pre_r, clock, budget, free, bs,
-                    self.policy_priority,
+                    self.policy_priority, self.on_preempt,
                 )  # fmt: skip
                 self.load(running)
                 nr = self.nr
@@ -474,19 +517,25 @@ class _Run:
         if not preempted:
             while len(waiting) and budget > 0 and nr < self.max_seqs:
                 r = waiting.peek()
-                tokens = int(self.ntok[r])  # waiting requests have computed nothing
+                hit = self.cache_hit(r, free) if r in self.cached else 0
+                tokens = int(self.ntok[r]) - hit  # a waiting request computed only its hit
                 if not self.chunked and tokens > budget:
                     break
                 tokens = min(tokens, budget)
-                nb = -(-tokens // bs)
-                if nb > free:
+                nb = -(-(hit + tokens) // bs)  # the hit's blocks leave the free queue too
+                # Whole-sequence admission (vLLM >= 0.19): blocks for all its tokens.
+                gate = -(-int(self.ntok[r]) // bs) if self.full_isl else nb
+                if gate + (self.watermark_blocks if nr else 0) > free:
                     kv_blocked = True
                     break
                 waiting.pop()
+                if hit or r in self.cached:
+                    self.cached.pop(r, None)
+                    self.cache_hit_tokens += hit
                 free -= nb
                 budget -= tokens
                 r_id[nr] = r
-                r_comp[nr] = 0
+                r_comp[nr] = hit
                 r_ntok[nr] = self.ntok[r]
                 r_gen[nr] = self.generated[r]
                 r_tgt[nr] = self.target[r]
@@ -498,14 +547,14 @@ class _Run:
         if admitted_q:
             k = len(admitted_q)
             q = np.concatenate([q, np.asarray(admitted_q, dtype=np.int64)])
-            need = np.concatenate([need, r_ntok[nr - k : nr]])
+            need = np.concatenate([need, r_ntok[nr - k : nr] - r_comp[nr - k : nr]])
             budget_limited = True  # q is no longer `need` for the admitted chunks
 
         if all_decode and not admitted_q:
             # Fast path of the common step: the same arithmetic as below, fewer array passes.
             comp = r_comp[:nr]
             context = int(np.add.reduce(comp)) + nr
-            end = clock + cost.step_time(nr, context, float(context))
+            end = clock + cost.step_time(nr, context, float(context), nr)
             comp += 1
             r_ntok[:nr] += 1
             gen_view = r_gen[:nr]
@@ -545,7 +594,9 @@ class _Run:
             self.generated[ids] = r_gen[:nr][done]
             self.computed[ids] = r_comp[:nr][done]
             self.ntok[ids] = r_ntok[:nr][done]
-            free += int(np.add.reduce(r_blk[:nr][done]))
+            freed = int(np.add.reduce(r_blk[:nr][done]))
+            free += freed
+            self.release(freed)
             self.blocks[ids] = 0
             keep = ~done
             k = nr - n_done

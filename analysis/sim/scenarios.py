@@ -62,8 +62,13 @@ def demo_scenarios(*, seed: int = 0, duration: float = 600.0) -> list[Scenario]:
     return [
         Scenario(
             name="chat-a10g",
+            # The demo's logs name vLLM 0.11.0, which admits a prompt when its first chunk fits.
             config=SimConfig(
-                model=model, gpu=GPU_PRESETS["A10G"], max_num_seqs=128, max_model_len=8192
+                model=model,
+                gpu=GPU_PRESETS["A10G"],
+                max_num_seqs=128,
+                max_model_len=8192,
+                scheduler_reserve_full_isl=False,
             ),
             workload=traffic,
             summary="Llama-3.1-8B on one A10G: too little KV cache for the surge",
@@ -71,7 +76,11 @@ def demo_scenarios(*, seed: int = 0, duration: float = 600.0) -> list[Scenario]:
         Scenario(
             name="chat-a100",
             config=SimConfig(
-                model=model, gpu=GPU_PRESETS["A100-40G"], max_num_seqs=128, max_model_len=8192
+                model=model,
+                gpu=GPU_PRESETS["A100-40G"],
+                max_num_seqs=128,
+                max_model_len=8192,
+                scheduler_reserve_full_isl=False,
             ),
             workload=traffic,
             summary="the same traffic on one A100-40G: KV cache to spare",

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-from preemptscope.analysis.sim.config import StepCostModel
+from preemptscope.analysis.sim.config import FittedStepCost, StepCostModel
 from preemptscope.analysis.sim.workload import FloatArray, IntArray
 
 
@@ -211,7 +212,7 @@ def mixed_step(
     r_first: npt.NDArray[np.bool_],
     first_tok: FloatArray,
     prompt: IntArray,
-    cost: StepCostModel,
+    cost: StepCostModel | FittedStepCost,
     clock: float,
     record_tokens: bool,
     tok_req: list[IntArray],
@@ -238,7 +239,7 @@ def mixed_step(
         pairs = float(context)
     else:
         pairs = float(np.add.reduce(q * comp + q * (q + 1) // 2))
-    end = clock + cost.step_time(n_tokens, context, pairs)
+    end = clock + cost.step_time(n_tokens, context, pairs, decode_tokens)
 
     ntok_view = r_ntok[:nr]
     produce = after == ntok_view
@@ -285,7 +286,7 @@ def fast_forward_decode(
     r_ntok: IntArray,
     r_blk: IntArray,
     r_tgt: IntArray,
-    cost: StepCostModel,
+    cost: StepCostModel | FittedStepCost,
     bs: int,
     free: int,
     clock: float,
@@ -345,6 +346,7 @@ def schedule_running(
     free: int,
     bs: int,
     policy_priority: bool,
+    on_preempt: Callable[[int, int, int], None] | None = None,
 ) -> tuple[dict[int, int], int, int, int]:
     """The running loop of vLLM's `Scheduler.schedule()` when blocks run short (V1 semantics)."""
     sched: dict[int, int] = {}
@@ -372,6 +374,8 @@ def schedule_running(
             else:
                 victim = running.pop()
             free += int(blocks[victim])
+            if on_preempt is not None:  # the free queue learns where its blocks went
+                on_preempt(victim, int(blocks[victim]), int(computed[victim]))
             blocks[victim] = 0
             computed[victim] = 0
             npre[victim] += 1

@@ -15,11 +15,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 from preemptscope.analysis.kvmodel import GIB, kv_bytes_per_token, weights_gib
-from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import SimResult, simulate
 from preemptscope.analysis.sim.workload import LengthDist, Workload, synthetic
-from preemptscope.ingest.schema import LogFrames
 
 from preemptscope.errors import ConfigError
 
@@ -116,7 +114,15 @@ def with_memory_change(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig
     if base.num_gpu_blocks_override is None:
         return config
     touches_memory = any(
-        k.lstrip("-").replace("-", "_") in ("gpu_memory_utilization", "tensor_parallel_size", "tp")
+        k.lstrip("-").replace("-", "_")
+        in (
+            "gpu_memory_utilization",
+            "tensor_parallel_size",
+            "tp",
+            "pipeline_parallel_size",
+            "pp",
+            "block_size",
+        )
         for k in changes
     )
     overrides_blocks = any(
@@ -127,9 +133,9 @@ def with_memory_change(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig
     old, new = base.capacity(), dataclasses.replace(config, num_gpu_blocks_override=None)
     # Observed KV memory + the memory the change frees or adds (per GPU).
     extra = (new.gpu_memory_utilization - base.gpu_memory_utilization) * base.gpu.memory_gib
-    extra -= weights_gib(new.model, tp=new.tensor_parallel_size) - weights_gib(
-        base.model, tp=base.tensor_parallel_size
-    )
+    extra -= weights_gib(
+        new.model, tp=new.tensor_parallel_size, pp=new.pipeline_parallel_size
+    ) - weights_gib(base.model, tp=base.tensor_parallel_size, pp=base.pipeline_parallel_size)
     block_bytes = (
         kv_bytes_per_token(
             new.model,
@@ -272,59 +278,7 @@ def workload_from_observed(load: ObservedLoad, *, seed: int = 0, cv: float = 0.6
     )
 
 
-def calibrated_base(
-    base: SimConfig, *, num_gpu_blocks: int | None, settings: Mapping[str, Any]
-) -> SimConfig:
-    """The base config made to match what a log or report observed (blocks, flags)."""
-    known = {f.name for f in dataclasses.fields(SimConfig)}
-    clean = {k: v for k, v in settings.items() if k in known and v is not None}
-    config = dataclasses.replace(base, **clean)
-    if num_gpu_blocks is not None and num_gpu_blocks > 0:
-        config = dataclasses.replace(config, num_gpu_blocks_override=num_gpu_blocks)
-        if config.max_model_len > num_gpu_blocks * config.block_size:
-            config = dataclasses.replace(config, max_model_len=num_gpu_blocks * config.block_size)
-    return config
-
-
 def fmt_seconds(value: float | None) -> str:
     if value is None or math.isnan(value):
         return "-"
     return f"{value:.2f}s" if value < 100 else f"{value:.0f}s"
-
-
-def base_from_capacity(capacity: Capacity, base: SimConfig | None = None) -> SimConfig:
-    """A SimConfig matching what a report observed (blocks, flags); unknowns keep `base`'s."""
-    config = base or SimConfig()
-    settings: dict[str, Any] = {
-        "gpu_memory_utilization": capacity.gpu_memory_utilization,
-        "max_num_seqs": capacity.max_num_seqs,
-        "max_num_batched_tokens": capacity.max_num_batched_tokens,
-        "tensor_parallel_size": capacity.tensor_parallel_size,
-        "pipeline_parallel_size": capacity.pipeline_parallel_size,
-        "block_size": capacity.block_size,
-        "max_model_len": capacity.max_model_len,
-    }
-    if capacity.scheduling_policy in ("fcfs", "priority"):
-        settings["scheduling_policy"] = capacity.scheduling_policy
-    if settings["max_num_batched_tokens"] is None and settings["max_num_seqs"] is not None:
-        # vLLM's V1 default budget when the log does not show it.
-        settings["max_num_batched_tokens"] = max(8192, int(settings["max_num_seqs"]))
-    return calibrated_base(config, num_gpu_blocks=capacity.num_gpu_blocks, settings=settings)
-
-
-def replay_from_log(
-    frames: LogFrames,
-    capacity: Capacity,
-    *,
-    base: SimConfig | None = None,
-    output_tokens: float | None = None,
-    seed: int = 0,
-) -> tuple[Workload, SimConfig]:
-    """What a parsed log says to replay, and the configuration it ran with.
-
-    `capacity` is the report's view of the deployment (analyze.capacity_facts): its KV block
-    count and flags calibrate the base. Then `predict(workload, changes, base=config)`.
-    """
-    config = base_from_capacity(capacity, base)
-    load = observed_load(frames["scheduler_stats"], frames["requests"], output_tokens=output_tokens)
-    return workload_from_observed(load, seed=seed), config

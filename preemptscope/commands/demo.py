@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -103,7 +104,7 @@ def report_command(artefacts: Sequence[Artefacts]) -> str:
     words = ["preemptscope", "report", *(f"{a.log}={a.name}" for a in artefacts)]
     for a in artefacts:
         words += ["--metrics", f"{a.metrics_dir}={a.name}", "--bench", f"{a.bench}={a.name}"]
-    return " ".join(words)
+    return shlex.join(words)
 
 
 def register(subparsers: Any) -> None:
@@ -153,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     err = Console(stderr=True)
     scenarios = demo_scenarios(seed=args.seed, duration=duration)
+    if args.serve:  # a bad --port or PREEMPTSCOPE_* fails now, not after the whole demo
+        check_serve([s.name for s in scenarios], out=out, port=args.port)
     artefacts = []
     for scenario in scenarios:
         result = simulate(scenario.workload, scenario.config)
@@ -177,7 +180,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"Files written under [bold]{out}/[/bold]: " + ", ".join(
             f"{a.name}/{{vllm.log, metrics/, bench.json, ground-truth.json}}" for a in artefacts
         ))  # fmt: skip
-        console.print("Re-run the analysis yourself: " + report_command(artefacts))
+        # One unwrapped line (soft_wrap), no markup: pasting it must run the whole command.
+        console.print("Re-run the analysis yourself:")
+        console.print(report_command(artefacts), soft_wrap=True, markup=False, highlight=False)
     err.print(html_note)
     err.print(f"demo finished in {time.perf_counter() - began:.1f} s")
     if args.serve:
@@ -247,8 +252,28 @@ def _serve(
             "in this build yet; the files above are ready for it."
         )
         return 1
-    err.print("Starting: preemptscope " + " ".join(argv))
+    err.print(
+        "Starting: " + shlex.join(["preemptscope", *argv]),
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
     return cli.main(argv)
+
+
+def check_serve(names: Sequence[str], *, out: Path, port: int | None) -> None:
+    """Resolve the settings `_serve` will pass (flags and environment) before simulating."""
+    from preemptscope import cli, settings
+
+    planned = []
+    for name in names:
+        d = out / name
+        files = (d / "vllm.log", d / "metrics", d / "bench.json", d / "ground-truth.json")
+        planned.append(Artefacts(name, d, *files, truth={}))
+    argv = serve_argv(planned, state_dir=out / "serve-state", port=port)
+    parser = cli.build_parser("preemptscope.commands.serve")
+    if _serve_takes_logs(parser, argv):
+        settings.resolve(parser.parse_args(argv))
 
 
 def serve_argv(

@@ -18,18 +18,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import polars as pl
 from rich.console import Console
 
 from preemptscope import settings
-from preemptscope.analysis.analyze import AnalysisParams, DeploymentInputs, analyze_deployment
+from preemptscope.analysis.analyze import (
+    AnalysisParams,
+    DeploymentInputs,
+    analyze_deployment,
+    summarise_groups,
+)
 from preemptscope.analysis.kvmodel import gpu_preset, model_preset
 from preemptscope.analysis.render import render_report
-from preemptscope.analysis.report import DeploymentReport, Report
+from preemptscope.analysis.report import DeploymentReport, Report, SourceSummary
 from preemptscope.analysis.sim.config import SimConfig
-from preemptscope.analysis.sim.whatif import WhatIfOutcome, base_from_capacity, sweep
-from preemptscope.analysis.sim.workload import Workload
+from preemptscope.analysis.sim.observed import build_replay, replay_inputs
+from preemptscope.analysis.sim.whatif import WhatIfOutcome
 from preemptscope.errors import ConfigError, InputError, PreemptscopeError
 from preemptscope.fleet import Fleet, FleetOptions, fleet_html, fleet_rows, fleet_table
 from preemptscope.ingest.archive import is_archive
@@ -41,11 +44,6 @@ from preemptscope.inputs import LoadOptions, iter_inputs, split_spec
 SEVERITY = {"ok": 0, "at_risk": 1, "over_capacity": 2}
 FAIL_ON = ("over_capacity", "at_risk", "insufficient_data")
 EXIT_FAIL_ON = 3
-# The what-if's step-time model when the flags do not say (as `preemptscope whatif`).
-DEFAULT_WHATIF_MODEL = "llama-3.1-8b"
-DEFAULT_WHATIF_GPU = "A100-80G"
-# Fewer client requests with token counts than this make no workload worth replaying.
-MIN_WHATIF_REQUESTS = 10
 
 
 def parse_duration(text: str) -> float:
@@ -100,6 +98,12 @@ def register(subparsers: Any) -> None:
     )
     add_prometheus_args(parser)
     parser.add_argument("--window", default="60s", help="window length (default 60s)")
+    parser.add_argument(
+        "--min-episode",
+        default=f"{AnalysisParams.min_episode_s:g}s",
+        help="shortest overload that makes a deployment over capacity, measured from its own "
+        f"records, not window edges (default {AnalysisParams.min_episode_s:g}s)",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument("--html", metavar="FILE", help="also write the HTML report")
     parser.add_argument(
@@ -121,19 +125,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--whatif-sweep",
         metavar="N,N,...",
-        help="with --html: replay each deployment's --bench requests through the scheduler "
-        "simulator at these max_num_seqs (plus the current one) and draw the predicted "
-        "preemptions and p99 in the capacity figure (off by default: it simulates)",
+        help="with --html: replay each deployment's requests (--bench rows, else the log's) "
+        "through the scheduler simulator at these max_num_seqs (plus the current one) and draw "
+        "the predicted preemptions and p99 in the capacity figure (off by default: it simulates)",
     )
     parser.add_argument(
         "--whatif-model",
-        default=DEFAULT_WHATIF_MODEL,
-        help=f"with --whatif-sweep: model preset for step times (default {DEFAULT_WHATIF_MODEL})",
+        help="with --whatif-sweep: model preset, only where the data shows nothing",
     )
     parser.add_argument(
         "--whatif-gpu",
-        default=DEFAULT_WHATIF_GPU,
-        help=f"with --whatif-sweep: GPU preset for step times (default {DEFAULT_WHATIF_GPU})",
+        help="with --whatif-sweep: GPU preset, only where the data shows nothing (step times "
+        "with no timings to fit)",
     )
     parser.set_defaults(func=run)
 
@@ -280,63 +283,46 @@ def parse_sweep(text: str) -> list[int]:
     return sorted(set(values))
 
 
-def workload_from_latencies(frame: pl.DataFrame) -> Workload | None:
-    """The client's requests (REQUEST_LATENCIES) as a replayable workload: arrivals and lengths.
-
-    None when fewer than MIN_WHATIF_REQUESTS rows have a start and both token counts.
-    """
-    rows = frame.filter(
-        pl.col("start").is_not_null()
-        & pl.col("prompt_tokens").is_not_null()
-        & pl.col("output_tokens").is_not_null()
-    ).sort("start")
-    if rows.height < MIN_WHATIF_REQUESTS:
-        return None
-    first = rows["start"].min()
-    arrival = (rows["start"] - first).dt.total_microseconds().cast(pl.Float64) / 1e6
-    n = rows.height
-    return Workload(
-        arrival=arrival.to_numpy(),
-        prompt_len=rows["prompt_tokens"].clip(lower_bound=1).to_numpy(),
-        # Failed requests report 0 output tokens: replayed as 1-token requests.
-        output_len=rows["output_tokens"].clip(lower_bound=1).to_numpy(),
-        priority=np.zeros(n, dtype=np.int64),
-        description={"kind": "client results", "requests": n},
-    )
-
-
 def whatif_sweeps(
     inputs: Sequence[DeploymentInputs],
     report: Report,
     values: Sequence[int],
     *,
-    model: str = DEFAULT_WHATIF_MODEL,
-    gpu: str = DEFAULT_WHATIF_GPU,
+    model: str | None = None,
+    gpu: str | None = None,
 ) -> tuple[dict[str, list[WhatIfOutcome]], list[str]]:
-    """Per deployment with client results: the max_num_seqs sweep (plus the current value).
+    """Per deployment with request data: the max_num_seqs sweep (plus the current value).
 
-    The base configuration is what the report observed (KV blocks, flags: base_from_capacity);
-    model and GPU only set the step times. Returns the sweeps and a note per deployment left out.
+    The replay is the one `whatif` builds (analysis/sim/observed.py): settings as the report
+    observed them, the step cost fitted from the data; the presets only fill what is missing.
+    Returns the sweeps and a note per deployment left out or assumption made.
     """
     by_name: dict[str, DeploymentReport] = {d.name: d for d in report.deployments}
-    base = SimConfig(model=model_preset(model), gpu=gpu_preset(gpu))
+    base = SimConfig()
+    if model:
+        base = dataclasses.replace(base, model=model_preset(model))
+    if gpu:
+        base = dataclasses.replace(base, gpu=gpu_preset(gpu))
     sweeps: dict[str, list[WhatIfOutcome]] = {}
     notes: list[str] = []
     for item in inputs:
         dep = by_name.get(item.name)
         if dep is None:
             continue
-        workload = workload_from_latencies(item.latencies) if item.latencies is not None else None
-        if workload is None:
-            notes.append(
-                f"what-if: {item.name} has no client results with token counts (--bench), "
-                "so no curve"
-            )
+        replay = build_replay(
+            dep.capacity,
+            **replay_inputs(item),
+            preemptions=dep.preemptions.total,
+            base=base,
+            presets_given=bool(model or gpu),
+        )
+        if not replay.replayable:
+            notes.append(f"what-if: {item.name} has no request data to replay, so no curve")
             continue
-        config = base_from_capacity(dep.capacity, base)
+        notes += [f"what-if: {item.name}: assumed {note}" for note in replay.assumptions]
         current = dep.capacity.max_num_seqs
         points = sorted({*values, *([current] if current is not None else [])})
-        sweeps[item.name] = sweep(workload, "max_num_seqs", points, base=config)
+        sweeps[item.name] = [replay.run({"max_num_seqs": v}) for v in points]
     return sweeps, notes
 
 
@@ -353,10 +339,21 @@ def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Repo
 
 
 def build(args: argparse.Namespace) -> Built:
+    skipped: list[SourceSummary] = []
+
+    def skip(source: SourceSummary) -> None:
+        skipped.append(source)
+        if args.json:  # the terminal report shows the note under its sources table
+            print(f"preemptscope: warning: {source.path}: {source.notes[-1]}", file=sys.stderr)
+
     fleet = fleet_options(args)
     # A fleet's verdicts are as of the end of the range asked for, not of each server's data.
     now = parse_time(args.now) if args.now else fleet.end if fleet is not None else None
-    params = AnalysisParams(window_s=parse_duration(args.window), now=now)
+    params = AnalysisParams(
+        window_s=parse_duration(args.window),
+        min_episode_s=parse_duration(args.min_episode),
+        now=now,
+    )
     options = LoadOptions(
         parse=ParseOptions(
             year=args.year,
@@ -368,6 +365,7 @@ def build(args: argparse.Namespace) -> Built:
         # Without --prometheus, --start/--end also select the time range of Parquet archives.
         archive_start=parse_time(args.start) if args.start and fleet is None else None,
         archive_end=parse_time(args.end) if args.end and fleet is None else None,
+        on_skip=skip,
     )
     if args.end and fleet is None and not any(is_archive(split_spec(p)[0]) for p in args.paths):
         raise ConfigError("--end ends the range read from --prometheus or a Parquet archive")
@@ -382,8 +380,10 @@ def build(args: argparse.Namespace) -> Built:
             inputs.append(dataclasses.replace(item, metrics=None))
     report = Report(
         deployments=deployments,
-        sources=[source for item in inputs for source in item.sources],
+        # Inputs that held no vLLM line stay in the sources, each with a note saying why.
+        sources=[*(source for item in inputs for source in item.sources), *skipped],
         parameters=params.to_dict(),
+        groups=summarise_groups(deployments),
     )
     report = dataclasses.replace(report, generated_at=datetime.now(UTC))
     summary = None

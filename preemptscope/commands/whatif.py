@@ -1,9 +1,11 @@
 """`preemptscope whatif`: replay an observed workload under other vLLM settings.
 
-The workload comes from a `vllm bench serve --save-detailed` JSON (exact arrivals and lengths)
-or from a vLLM log (arrivals from request lines, or a rate from the stats; lengths from the
-throughput totals). The deployment's current settings come from the log (KV blocks, flags) or
-from flags here. The simulator (preemptscope.analysis.sim.whatif.predict) does the rest.
+Takes the same inputs as `report` (--log, --metrics, --bench, in any combination): the workload
+is the client's requests (bench JSON, CSV/JSONL rows) or the log's (arrivals from request lines,
+lengths from the throughput totals); the settings are what the data shows (KV blocks, flags);
+the step cost is fitted from the data's own timings (analysis/sim/calibrate.py). Presets apply
+only where nothing is observed, and the output says so. Every run prints the replay of *now*
+beside what was observed, so the fit's error is in plain sight.
 """
 
 from __future__ import annotations
@@ -11,28 +13,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from preemptscope.analysis.analyze import capacity_facts
-from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS, gpu_preset, model_preset
+from preemptscope.analysis.analyze import AnalysisParams, analyze_deployment
+from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS, gpu_preset
 from preemptscope.analysis.sim.config import SimConfig
-from preemptscope.analysis.sim.whatif import (
-    WhatIfOutcome,
-    WhatIfResult,
-    fmt_seconds,
-    predict,
-    replay_from_log,
-    sweep,
+from preemptscope.analysis.sim.observed import (
+    Replay,
+    build_replay,
+    check_changes,
+    describe_cost,
+    fit_line,
+    replay_inputs,
 )
-from preemptscope.analysis.sim.workload import Workload, from_bench_result
+from preemptscope.analysis.sim.whatif import WhatIfOutcome, fmt_seconds
 from preemptscope.commands.capacity import load_model
 from preemptscope.commands.report import parse_duration
-from preemptscope.errors import ConfigError, InputError
-from preemptscope.ingest.logs import ParseOptions, parse_path
+from preemptscope.errors import ConfigError
+from preemptscope.ingest.logs import ParseOptions
+from preemptscope.inputs import LoadOptions, load_inputs
 
 # Flags the user may change, as vLLM spells them, with their types.
 CHANGEABLE: dict[str, type] = {
@@ -56,9 +58,24 @@ def register(subparsers: Any) -> None:
             "current settings and with the ones given, and compare. Settings not given stay."
         ),
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--bench", metavar="FILE", help="vllm bench serve --save-detailed JSON")
-    source.add_argument("--log", metavar="FILE", help="a vLLM server log")
+    parser.add_argument(
+        "--log", action="append", default=[], metavar="PATH", help="vLLM log file(s) (repeatable)"
+    )
+    parser.add_argument(
+        "--metrics",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="/metrics snapshot file or directory (repeatable)",
+    )
+    parser.add_argument(
+        "--bench",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="vllm bench serve --save-detailed JSON, GuideLLM, CSV/JSONL request rows",
+    )
+    parser.add_argument("--deployment", help="which deployment, when the inputs name several")
     model = parser.add_mutually_exclusive_group()
     model.add_argument(
         "--model",
@@ -69,15 +86,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dtype", help="with --config: model dtype (default: torch_dtype)")
     parser.add_argument(
         "--gpu",
-        default="A100-80G",
-        help=f"GPU preset for memory and step time ({', '.join(sorted(GPU_PRESETS))})",
+        help="GPU preset, used only where the data shows nothing (step times with no timings "
+        f"to fit, memory): {', '.join(sorted(GPU_PRESETS))}; default A100-80G, said when used",
     )
     parser.add_argument(
         "--current",
         action="append",
         default=[],
         metavar="FLAG=VALUE",
-        help="a current setting the input does not show, e.g. max_num_seqs=256 (repeatable)",
+        help="a current setting no input shows, e.g. max_num_seqs=256 (repeatable; what the "
+        "data shows wins)",
     )
     for flag, kind in CHANGEABLE.items():
         parser.add_argument(
@@ -119,53 +137,88 @@ def _parse_current(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def load_workload(args: argparse.Namespace, base: SimConfig) -> tuple[Workload, SimConfig]:
-    """The workload to replay and the current configuration, from the given input."""
-    if args.bench:
-        path = Path(args.bench)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InputError(args.bench, f"cannot read: {exc.strerror}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(args.bench, f"not JSON: {exc.msg}", exc.lineno) from None
-        if isinstance(data, list):
-            if not data:
-                raise InputError(args.bench, "empty list of results")
-            data = data[-1]
-        if not isinstance(data, dict):
-            raise InputError(args.bench, "expected a vllm bench serve result object")
-        return from_bench_result(data, source=args.bench), base
-    frames = parse_path(args.log, options=ParseOptions(year=args.year))
-    capacity = capacity_facts([frames], None, None, [])
-    return replay_from_log(
-        frames, capacity, base=base, output_tokens=args.output_len, seed=args.seed
+def load_replay(args: argparse.Namespace) -> tuple[Replay, list[str]]:
+    """The deployment the inputs show, ready to replay, and the input paths."""
+    if not (args.log or args.metrics or args.bench):
+        raise ConfigError("nothing to replay: give --log, --metrics and/or --bench")
+    options = LoadOptions(parse=ParseOptions(year=args.year))
+    deployments = load_inputs(args.log, args.metrics, args.bench, options=options)
+    if args.deployment:
+        chosen = [d for d in deployments if d.name == args.deployment]
+        if not chosen:
+            names = ", ".join(d.name for d in deployments)
+            raise ConfigError(f"--deployment {args.deployment!r}: the inputs name {names}")
+        item = chosen[0]
+    elif len(deployments) > 1:
+        names = ", ".join(d.name for d in deployments)
+        raise ConfigError(
+            f"the inputs name several deployments ({names}): pick one with --deployment"
+        )
+    else:
+        item = deployments[0]
+    report = analyze_deployment(item, AnalysisParams())
+    presets_given = bool(args.model or args.config or args.gpu)
+    base = SimConfig()
+    if args.model or args.config:
+        base = SimConfig(model=load_model(args))
+    if args.gpu:
+        base = SimConfig(model=base.model, gpu=gpu_preset(args.gpu))
+    replay = build_replay(
+        report.capacity,
+        **replay_inputs(item),
+        preemptions=report.preemptions.total,
+        base=base,
+        current=_parse_current(args.current),
+        presets_given=presets_given,
+        output_tokens=args.output_len,
+        seed=args.seed,
     )
+    return replay, [s.path for s in item.sources]
 
 
 def run(args: argparse.Namespace) -> int:
-    current = _parse_current(args.current)
-    model = load_model(args) if args.model or args.config else model_preset("llama-3.1-8b")
-    base = SimConfig(model=model, gpu=gpu_preset(args.gpu))
-    workload, base = load_workload(args, base)
-    if current:
-        base = base.with_changes(current)
     changes = {k: getattr(args, k) for k in CHANGEABLE if getattr(args, k) is not None}
     if not changes and not args.sweep_max_num_seqs:
         raise ConfigError("nothing to change: give e.g. --max-num-seqs 64 or --sweep-max-num-seqs")
-    limit = parse_duration(args.limit) if args.limit else None
-    result = predict(workload, changes, base=base, until=limit) if changes else None
-    curve: list[WhatIfOutcome] = []
+    values: list[int] = []
     if args.sweep_max_num_seqs:
         try:
             values = [int(v) for v in args.sweep_max_num_seqs.split(",") if v.strip()]
         except ValueError:
             raise ConfigError("--sweep-max-num-seqs expects integers, e.g. 16,32,64") from None
-        curve = sweep(workload, "max_num_seqs", values, base=base, until=limit)
+        if not values or min(values) < 1:
+            raise ConfigError("--sweep-max-num-seqs expects values >= 1, e.g. 16,32,64")
+    replay, sources = load_replay(args)
+    if not replay.replayable or replay.workload is None:
+        raise ConfigError(
+            "nothing to replay: "
+            + "; ".join(replay.assumptions[-1:])
+            + " (give --bench with per-request results, or a log with request lines)"
+        )
+    check_changes(replay, changes)
+    until = parse_duration(args.limit) if args.limit else None
+    now = replay.run(until=until)
+    candidate = replay.run(changes, until=until) if changes else None
+    curve = [replay.run({"max_num_seqs": v}, until=until) for v in values]
+    workload = replay.workload
     if args.json:
-        body: dict[str, Any] = {"workload": workload.description}
-        if result is not None:
-            body["whatif"] = result.to_dict()
+        body: dict[str, Any] = {
+            "sources": sources,
+            "workload": workload.description,
+            "settings": now.settings,
+            "calibration": describe_cost(replay.config),
+            "step_cost": _cost_dict(replay),
+            "assumptions": replay.assumptions,
+            "observed": replay.observed.__dict__,
+            "now": now.__dict__,
+        }
+        if candidate is not None:
+            body["whatif"] = {
+                "changes": changes,
+                "baseline": now.__dict__,
+                "candidate": candidate.__dict__,
+                "workload": workload.description,
+            }
         if curve:
             body["sweep"] = [
                 {"max_num_seqs": o.settings["max_num_seqs"], **o.__dict__} for o in curve
@@ -174,22 +227,35 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     console = Console()
-    console.print(f"Workload: {len(workload)} requests ({_describe(workload)})")
-    if result is not None:
-        console.print(_comparison(result))
+    console.print(f"Inputs: {', '.join(sources)}")
+    console.print(f"Workload: {len(workload)} requests ({replay.workload_basis})")
+    console.print(f"Step cost: {describe_cost(replay.config)}")
+    for note in replay.assumptions:
+        console.print(f"[yellow]Assumed:[/yellow] {note}")
+    console.print(_fit_table(replay, now))
+    if candidate is not None:
+        console.print(_comparison(changes, now, candidate))
     if curve:
         console.print(_curve(curve))
     console.print(
-        "[dim]Predictions come from the scheduler simulator (docs/simulator.md): relative "
-        "changes are more trustworthy than absolute latencies.[/dim]"
+        "[dim]Predictions come from the scheduler simulator (docs/simulator.md); the replay of "
+        "now beside the observed figures shows how far to trust them.[/dim]"
     )
     return 0
 
 
-def _describe(workload: Workload) -> str:
-    desc = workload.description
-    basis = desc.get("basis") or desc.get("arrivals") or desc.get("kind", "")
-    return str(basis)
+def _cost_dict(replay: Replay) -> dict[str, Any] | None:
+    cost = replay.config.step_cost
+    return None if cost is None else dict(cost.__dict__)
+
+
+def _fit_table(replay: Replay, now: WhatIfOutcome) -> Table:
+    table = Table(title="Observed vs replayed now")
+    for column in ("", "observed", "replay of now"):
+        table.add_column(column, justify="right")
+    for row in fit_line(replay, now):
+        table.add_row(*row)
+    return table
 
 
 def _row(label: str, o: WhatIfOutcome) -> list[str]:
@@ -209,13 +275,13 @@ def _row(label: str, o: WhatIfOutcome) -> list[str]:
 _COLUMNS = ("", "KV tok", "preempt", "victims", "tok/s", "e2e", "e2e p99", "ttft p99", "done")
 
 
-def _comparison(result: WhatIfResult) -> Table:
-    changes = ", ".join(f"{k}={v}" for k, v in result.changes.items())
-    table = Table(title=f"What if {changes}?")
+def _comparison(changes: dict[str, Any], now: WhatIfOutcome, new: WhatIfOutcome) -> Table:
+    text = ", ".join(f"{k}={v}" for k, v in changes.items())
+    table = Table(title=f"What if {text}?")
     for column in _COLUMNS:
         table.add_column(column, justify="right")
-    table.add_row(*_row("now", result.baseline))
-    table.add_row(*_row("new", result.candidate))
+    table.add_row(*_row("now", now))
+    table.add_row(*_row("new", new))
     return table
 
 

@@ -81,8 +81,10 @@ def logframes(
     config: dict[str, str] | None = None,
     kv: Sequence[tuple[str, float, str, int | None]] = (),
     era: str | None = "v1",
+    version: str | None = None,
+    source: str = "vllm.log",
 ) -> LogFrames:
-    lf = LogFrames(source="vllm.log", deployment="d", log_era=era)
+    lf = LogFrames(source=source, deployment="d", log_era=era, vllm_version=version)
     lf.frames["scheduler_stats"] = _frame(SCHEDULER_STATS, stats)
     lf.frames["preemption_warning"] = _frame(PREEMPTION_WARNING, warnings)
     lf.frames["config"] = _frame(

@@ -175,3 +175,159 @@ def test_log_option_compares_with_the_logged_lines(capsys: pytest.CaptureFixture
     idle = str(CORPUS / "016-v054-idle-stats-llama31.log")
     assert main(["capacity", "--config", QWEN3_1_7B, "--log", idle]) == 2
     assert "no KV-sizing lines" in capsys.readouterr().err
+
+
+ROUND2 = Path(__file__).parent.parent / "fixtures" / "round2"
+
+
+def _round2(prefix: str) -> str:
+    (path,) = ROUND2.glob(f"{prefix}-*.log")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--context-len", "0"], "--context-len must be >= 1, got 0"),
+        (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
+        (["--gpu-memory-gib", "-3"], "--gpu-memory-gib must be > 0, got -3"),
+        (["--gpu-memory-gib", "nan"], "--gpu-memory-gib must be > 0, got nan"),
+        (["--kv-memory-gib", "0"], "--kv-memory-gib must be > 0, got 0"),
+        (
+            ["--gpu", "L4", "--gpu-memory-utilization", "0"],
+            "--gpu-memory-utilization must be in (0, 1], got 0",
+        ),
+        (["--gpu", "L4", "--tp", "0"], "--tp must be >= 1, got 0"),
+        (["--gpu", "L4", "--block-size", "-16"], "--block-size must be >= 1, got -16"),
+        (["--gpu", "L4", "--weights-gib", "-1"], "--weights-gib must be >= 0, got -1"),
+    ],
+)
+def test_meaningless_values_are_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    assert main(["capacity", "--config", QWEN3_1_7B, *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [f"preemptscope: error: {message}"]
+
+
+def test_meaningless_value_in_a_real_process() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "preemptscope", "capacity", "--config", QWEN3_1_7B,
+         "--gpu-memory-gib", "-3"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "preemptscope: error: --gpu-memory-gib must be > 0, got -3"
+    ]
+    assert "Traceback" not in done.stderr and "try increasing" not in done.stderr.lower()
+
+
+def test_binary_config_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "config.json"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    assert main(["capacity", "--config", str(png), "--gpu", "H100"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"preemptscope: error: {png}: binary data, not a Hugging Face config.json"
+    ]
+    latin = tmp_path / "latin.json"
+    latin.write_bytes('{"model_type": "caf\xe9"}'.encode("latin-1"))
+    assert main(["capacity", "--config", str(latin), "--gpu", "H100"]) == 2
+    assert "not UTF-8 text (byte 19)" in capsys.readouterr().err
+
+
+def test_model_is_named_from_the_config_not_the_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = json.loads(Path(QWEN3_1_7B).read_text())
+    folder = tmp_path / "snapshots" / "abc123"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    out = capacity_json(capsys, "--config", str(folder / "config.json"), "--gpu", "L4")
+    assert out["model"] == "Qwen3ForCausalLM"  # architectures: the config has no hub name
+    config["_name_or_path"] = "Qwen/Qwen3-1.7B"
+    (folder / "config.json").write_text(json.dumps(config))
+    # a model directory works too, as downloaded from the Hub
+    out = capacity_json(capsys, "--config", str(folder), "--gpu", "L4")
+    assert out["model"] == "Qwen/Qwen3-1.7B"
+    del config["_name_or_path"], config["architectures"]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert capacity_json(capsys, "--config", str(folder), "--gpu", "L4")["model"] == "qwen3"
+
+
+def test_context_length_is_said_where_it_comes_from(capsys: pytest.CaptureFixture[str]) -> None:
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--gpu", "L4")
+    assert (out["context_source"], out["context_len"]) == ("model", 40_960)
+    assert main(["capacity", "--config", QWEN3_1_7B, "--gpu", "L4"]) == 0
+    assert "(the model's max_position_embeddings" in capsys.readouterr().out
+    # the log's concurrency is for 180,000 tokens per request (round-2 128, elided headers)
+    log = _round2("128")
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", log, "--context-len", "8192")
+    assert out["context_len"] == 8192 and out["context_source"] == "flag"
+    assert out["max_concurrency_at_logged_context"] == pytest.approx(
+        out["kv_cache_tokens"] / 180_000
+    )
+    assert main(["capacity", "--config", QWEN3_1_7B, "--log", log, "--context-len", "8192"]) == 0
+    text = capsys.readouterr().out
+    assert "1.34x for 180,000 tokens per request (computed 0.21x at that length" in text
+    assert "above is for 8,192" in text
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", log)
+    assert (out["context_len"], out["context_source"]) == (180_000, "log")
+    assert "max_concurrency_at_logged_context" not in out
+
+
+def test_log_kv_memory_from_kv_cache_memory_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    # round-2 118: `reserved 4.25 GiB memory for KV Cache as specified by kv_cache_memory_bytes`
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", _round2("118"))
+    assert out["gpu"] == "given KV memory" and out["kv_memory_gib"] == 4.25
+    assert out["logged"]["kv_memory_gib"] == 4.25
+
+
+def test_log_free_memory_line_feeds_capacity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "(EngineCore pid=1) INFO 05-01 10:00:00 [gpu_worker.py:440] Free memory on device "
+        "(46.99/47.37 GiB) on startup. Desired GPU memory utilization is (0.85, 40.27 GiB). "
+        "Actual usage is 3.2 GiB for weight, 0.2 GiB for peak activation. Current kv cache "
+        "memory in use is 36.88 GiB.\n"
+    )
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log))
+    assert out["kv_memory_gib"] == 36.88 and out["logged"]["gpu_memory_gib"] == 47.37
+    # without the KV figure, the logged GPU size and utilization are the GPU flags
+    log.write_text(  # V0's memory profile (v0.6.5 - v0.10.2), no KV figure on this line
+        "(VllmWorkerProcess pid=507) INFO 04-12 08:21:19 [worker.py:267] the current vLLM "
+        "instance can use total_gpu_memory (31.86GiB) x gpu_memory_utilization (0.97) = "
+        "30.90GiB\n"
+        "(APIServer pid=1) INFO 05-01 10:00:00 [model.py:1554] Using max model len 4096\n"
+    )
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log))
+    assert (out["gpu_memory_gib"], out["gpu_memory_utilization"]) == (31.86, 0.97)
+    assert (out["context_len"], out["context_source"]) == (4096, "log")
+
+
+def test_log_serving_settings_are_used_unless_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "(APIServer pid=1) INFO 05-01 10:00:00 [utils.py:233] non-default args: {'model': "
+        "'Qwen/Qwen3-1.7B', 'tensor_parallel_size': 2, 'block_size': 32, 'kv_cache_dtype': "
+        "'fp8'}\n"
+        "(Worker_TP0 pid=2) INFO 05-01 10:00:30 [gpu_worker.py:298] Available KV cache memory: "
+        "6.51 GiB\n"
+        "(EngineCore_DP0 pid=3) INFO 05-01 10:00:31 [kv_cache_utils.py:868] Maximum concurrency "
+        "for 32,768 tokens per request: 1.30x\n"
+    )
+    out = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log))
+    assert out["settings_from_log"] == {"tp": 2, "block_size": 32, "kv_cache_dtype": "fp8"}
+    assert (out["tensor_parallel_size"], out["block_size"]) == (2, 32)
+    assert out["bytes_per_token"] == 28 * 2 * (8 // 2) * 128 * 1  # fp8, half the KV heads
+    flagged = capacity_json(capsys, "--config", QWEN3_1_7B, "--log", str(log), "--tp", "1")
+    assert flagged["tensor_parallel_size"] == 1 and "tp" not in flagged["settings_from_log"]

@@ -73,10 +73,12 @@ def test_correlation_line_reads_well_with_and_without_preempting_windows() -> No
         p99_with=12.0,
         p99_without=4.0,
         spearman_rho=0.8,
+        pairs=15,
+        p_value=0.0004,
     )
     assert both == (
         "Correlation (e2e): p99/mean 3.10 with preemption (4 windows) vs 1.90 without (11); "
-        "p99 12.00 s vs 4.00 s; Spearman rho +0.80 (p99/mean)"
+        "p99 12.00 s vs 4.00 s; Spearman rho +0.80 (p99/mean, 15 windows, p = 0.0004)"
     )
     none_preempting = _line(
         windows_without_preemption=11, p99_over_mean_without=2.53, p99_without=4.1

@@ -83,7 +83,7 @@ def test_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
         }  # fmt: skip
         assert dep["verdict"]["state"] in ("ok", "at_risk", "over_capacity", "insufficient_data")
         for e in dep["verdict"]["evidence"]:
-            assert set(e) == {"code", "message", "value"}
+            assert set(e) >= {"code", "message", "value"}  # fields are added, never renamed
         assert set(dep["preemptions"]) >= {"total", "exact", "evidence"}
     json.dumps(data, allow_nan=False)  # strict JSON: no NaN or Infinity anywhere
 
@@ -223,8 +223,16 @@ def test_names_group_sources(tmp_path: Path) -> None:
     log, snapshots, bench = _write_deployment(tmp_path)
     other = tmp_path / "other.log"
     other.write_text(log.read_text())
-    grouped = load_inputs([f"{log}=a", f"{other}=a"], [f"{snapshots}=a"])
+    # One server's rotated log and its /metrics under one name: one deployment.
+    rotated = tmp_path / "prod.log.1"
+    rotated.write_text(log.read_text())
+    grouped = load_inputs([f"{log}=a", f"{rotated}=a"], [f"{snapshots}=a"])
     assert [d.name for d in grouped] == ["a"] and len(grouped[0].logs) == 2
+    # Two logs running at the same time under one name are replicas: one deployment each, in
+    # group "a"; the /metrics cannot be told to one of them, so they stay the group's own.
+    replicas = load_inputs([f"{log}=a", f"{other}=a"], [f"{snapshots}=a"])
+    assert [d.name for d in replicas] == ["a/prod", "a/other", "a"]
+    assert {d.group for d in replicas} == {"a"} and replicas[2].metrics is not None
     apart = load_inputs([str(log), str(other)], [f"{snapshots}=other"], [f"{bench}=prod"])
     assert sorted(d.name for d in apart) == ["other", "prod"]
     assert apart[0].latencies is not None or apart[1].latencies is not None
@@ -323,3 +331,73 @@ def test_metrics_url_is_scraped_over_loopback(
     assert dep["verdict"]["state"] == "insufficient_data"
     codes = [e["code"] for e in dep["verdict"]["evidence"]]
     assert codes[0] == "samples" and "counter_since_start" in codes
+
+
+BENCH = Path(__file__).parent.parent / "fixtures" / "bench"
+ROUND2 = Path(__file__).parent.parent / "fixtures" / "round2"
+
+
+@pytest.mark.parametrize(
+    "summary", ["vllm_bench_summary_only.json", "trtllm_benchmark_serving_summary.json"]
+)
+def test_a_summary_only_client_result_does_not_abort_the_report(
+    summary: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = report_json(capsys, KV99, "--bench", str(BENCH / summary))
+    (dep,) = data["deployments"]
+    assert dep["windows"], "the log analysis is kept"
+    (run,) = dep["client_runs"]
+    assert run["requests"] in (11, 198) and run["latency"]["e2e"]["source"] == "run"
+    evidence = {e["code"]: e for e in dep["verdict"]["evidence"]}
+    assert "client_run" in evidence
+    if run["start"] is None:
+        assert "not placed in time" in evidence["client_run"]["message"]
+    bench = next(s for s in data["sources"] if s["kind"] == "bench")
+    assert bench["records"] == {"requests": 0, "runs": 1}
+    # the run's own totals give the demand when no request row does
+    expected = (202752 + 50688) / 198 if run["requests"] == 198 else (5632 + 704) / 11
+    assert dep["capacity"]["mean_tokens_per_request"] == pytest.approx(expected)
+
+
+def test_a_client_file_without_any_latency_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header = tmp_path / "header.csv"
+    header.write_text("start,e2e\n")
+    assert main(["report", KV99, "--bench", str(header)]) == 2
+    assert "no per-request latencies and no whole-run figures" in capsys.readouterr().err
+
+
+def test_round2_guidellm_run_is_placed_on_the_time_axis(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (guidellm,) = ROUND2.glob("b03-*.json")
+    data = report_json(capsys, "--bench", str(guidellm))
+    (dep,) = data["deployments"]
+    runs = dep["client_runs"]
+    assert runs and all(r["start"] is not None for r in runs)
+    assert sum(w["latency"].get("e2e", {}).get("count", 0) for w in dep["windows"]) == 23
+
+
+@pytest.mark.parametrize("name", ["104", "108", "110", "124"])
+def test_round2_v1_logs_have_no_count_and_no_zero(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (log,) = ROUND2.glob(f"{name}-*.log")
+    (dep,) = report_json(capsys, str(log))["deployments"]
+    assert dep["preemptions"]["total"] is None
+    assert all(w["preemptions"] is None for w in dep["windows"])
+    assert dep["verdict"]["state"] in ("ok", "insufficient_data")  # nothing alarming there
+    (said,) = [e for e in dep["verdict"]["evidence"] if e["code"] == "preemptions"]
+    assert "no preemption count" in said["message"] and " 0 " not in said["message"]
+
+
+def test_round2_glued_v0_warning_counts_what_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    (log,) = ROUND2.glob("116-*.log")
+    (dep,) = report_json(capsys, str(log))["deployments"]
+    pre = dep["preemptions"]
+    assert pre["warning_lines"] == 1 and pre["since_start"] == 51 and pre["total"] == 1
+    assert dep["verdict"]["state"] == "at_risk"  # one moment, not a sustained episode
+    codes = {e["code"]: e["message"] for e in dep["verdict"]["evidence"]}
+    assert "51" in codes["counter_since_start"]
+    assert "one record" in codes["episodes"]

@@ -453,11 +453,16 @@ def test_v0_swapped_requests_are_likely_preemption() -> None:
     rows = [stat(i * 5, running=30, waiting=5, kv=0.9, era="v0") for i in range(36)]
     for r in rows[12:]:
         r["swapped"] = 7
-    report = run(logs=[logframes(rows, era="v0")])
+    report = run(logs=[logframes(rows, era="v0", version="0.5.4")])
     likely = [w for w in report.windows if w.likely_preempting]
     assert len(likely) == 2  # windows 1 and 2 (from t=60 s)
     assert all(w.preemption_quality == "lower_bound" and w.preemptions == 0 for w in likely)
     assert report.verdict.state == "over_capacity"
+    # A V0 log that does not say its version may predate the warning (v0.4.3): no count.
+    unknown = run(logs=[logframes(rows, era="v0")])
+    assert all(w.preemptions is None for w in unknown.windows)
+    assert unknown.preemptions.total is None
+    assert unknown.verdict.state == "over_capacity"  # the swapped requests still tell
 
 
 def test_utilization_advice_sizes_the_kv_from_logged_memory() -> None:

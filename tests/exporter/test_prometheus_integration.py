@@ -151,12 +151,14 @@ def test_over_capacity_alert_fires_then_resolves(tmp_path: Path) -> None:
                 lambda: (
                     (
                         r := query(
-                            prom, 'deployment:preemptscope_preemptions:rate5m{deployment="chat"}'
+                            prom, 'deployment:preemptscope_preemptions:rate{deployment="chat"}'
                         )
                     )
                     and float(r[0]["value"][1]) > 1
                 ),
-                timeout=20,
+                # The V0 source is read over 30 m (its counter moves in steps of 50) and
+                # rate() divides by the window: 50/s written needs ~40 s of history.
+                timeout=60,
                 interval=0.5,
             )
             assert query(prom, 'up{job="preemptscope"}')[0]["value"][1] == "1"

@@ -37,7 +37,7 @@ def test_rule_unit_tests_can_fail(tmp_path: Path) -> None:
     """A broken threshold must make `promtool test rules` fail: the tests test something."""
     shutil.copy(PROM / "rules_test.yml", tmp_path / "rules_test.yml")
     rules = (PROM / "rules.yml").read_text()
-    broken = rules.replace("preemptscope_over_capacity) == 1", "preemptscope_over_capacity) == 2")
+    broken = rules.replace("preemptscope_over_capacity == 1", "preemptscope_over_capacity == 2")
     assert broken != rules
     (tmp_path / "rules.yml").write_text(broken)
     unit = promtool("test", "rules", "rules_test.yml", cwd=tmp_path)

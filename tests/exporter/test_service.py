@@ -105,8 +105,6 @@ def test_api_shapes_and_errors(tmp_path: Path) -> None:
             assert body["error"]["status"] == status
             assert body["error"]["message"]
         assert "nope" in client.get("/api/deployments/nope").json()["error"]["message"]
-        docs = client.get("/docs")
-        assert docs.status_code == 200 and "swagger" in docs.text.lower()
         spec = client.get("/openapi.json").json()
         assert {"/api/deployments", "/api/deployments/{name}", "/api/report", "/metrics"} <= set(
             spec["paths"]

@@ -130,9 +130,10 @@ def test_v1_v033_envelopes() -> None:
     assert (worker["process"], worker["value"]) == ("Worker_TP1", 9.05)  # ESC lost
     other = frames["other"]
     assert "VllmWorkerProcess" in other["process"].to_list()  # journald #033[
-    assert frames["unrecognized"]["text"].to_list() == [
-        "[rank0]: Traceback (most recent call last):"
-    ]
+    # A raw traceback line behind a `[rankN]:` prefix is output of that rank, with no level.
+    assert frames["unrecognized"].height == 0
+    traceback = other.filter(other["message"] == "Traceback (most recent call last):")
+    assert traceback.select("process", "level").rows() == [("rank0", None)]
 
 
 def test_docker_json_file_equals_docker_timestamps() -> None:

@@ -99,12 +99,60 @@ def test_whatif_cli_on_demo_files(demo_dir: Path, capsys: pytest.CaptureFixture[
     assert now["preemptions"] > 0
     # Preemptions are not monotonic in KV size (more room admits more requests), but
     # enough room for the whole surge ends them.
-    roomy = ["whatif", "--log", str(log), "--gpu", "A10G", "--num-gpu-blocks-override", "5000"]
+    bench = demo_dir / "chat-a10g" / "bench.json"
+    roomy = [
+        "whatif",
+        "--log",
+        str(log),
+        "--bench",
+        str(bench),
+        "--num-gpu-blocks-override",
+        "5000",
+    ]
     assert main([*roomy, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["whatif"]["candidate"]["preemptions"] == 0
-    bench = demo_dir / "chat-a10g" / "bench.json"
     assert main(["whatif", "--bench", str(bench), "--gpu", "A10G", "--max-num-seqs", "16"]) == 0
-    assert "What if max_num_seqs=16?" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "What if max_num_seqs=16?" in out
+    # A bench file alone shows no KV cache: the output says what it assumed.
+    assert "KV cache not shown" in out and "Observed vs replayed now" in out
+
+
+def test_whatif_replays_the_demo_to_its_own_counts(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From the over-capacity deployment's log, /metrics and bench alone (issue 11)."""
+    d = demo_dir / "chat-a10g"
+    argv = ["whatif", "--log", str(d / "vllm.log"), "--metrics", str(d / "metrics")]
+    argv += ["--bench", str(d / "bench.json"), "--max-num-seqs", "16", "--json"]
+    assert main(argv) == 0
+    body = json.loads(capsys.readouterr().out)
+    truth = json.loads((d / "ground-truth.json").read_text())["totals"]["preemptions"]
+    now, observed = body["whatif"]["baseline"], body["observed"]
+    assert observed["preemptions"] == truth > 0
+    assert abs(now["preemptions"] - truth) <= 0.3 * truth
+    assert now["output_throughput"] == pytest.approx(observed["output_throughput"], rel=0.10)
+    assert now["e2e_p99"] == pytest.approx(observed["e2e_p99"], rel=0.15)
+    assert body["step_cost"]["basis"].endswith("TPOT")
+    assert body["assumptions"] == []  # everything came from the data
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (["--max-model-len", "10"], "requests are longer"),
+        (["--tensor-parallel-size", "3"], "32 attention heads"),
+        (["--block-size", "7"], "--block-size 7"),
+        (["--gpu-memory-utilization", "1.5"], "must be in (0, 1]"),
+    ],
+)
+def test_whatif_refuses_values_vllm_refuses(
+    demo_dir: Path, flag: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = demo_dir / "chat-a10g" / "bench.json"
+    assert main(["whatif", "--bench", str(bench), *flag]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_whatif_needs_a_change(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -255,19 +303,18 @@ def test_report_whatif_sweep_replays_the_bench_file(
         str(html),
         "--whatif-sweep",
         "8,32",
-        "--whatif-gpu",
-        "A10G",
     ]
     assert main(argv) == 0
-    assert "chat-a100 has no client results" in capsys.readouterr().err
+    capsys.readouterr()
     traces = _whatif_traces(html)
-    assert traces["fig-1-capacity"] == {}  # no --bench for it: no curve
     curve = traces["fig-0-capacity"]["predicted preemptions"]
     assert curve["x"] == [8, 32, 128]  # the current max_num_seqs (from the log) is added
-    # The bench file's requests on the log's KV blocks reproduce the simulated deployment.
-    demo = _whatif_traces(demo_dir / "report.html")["fig-0-capacity"]["predicted preemptions"]
-    by_value = dict(zip(demo["x"], demo["y"], strict=True))
-    assert curve["y"] == [by_value[8], by_value[32], by_value[128]]
+    # The bench file's requests on the log's KV blocks, with the step cost fitted from their
+    # own timings, reproduce the simulated deployment (no zeros, no preset).
+    truth = json.loads((a10g / "ground-truth.json").read_text())["totals"]["preemptions"]
+    assert curve["y"][0] == 0 and abs(curve["y"][2] - truth) <= 0.3 * truth
+    # chat-a100 has no bench file: its log's request lines are replayed instead.
+    assert traces["fig-1-capacity"]["predicted preemptions"]["y"] == [0, 0, 0]
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -219,3 +220,33 @@ def test_vllm_bench_date_layouts(tmp_path: Path) -> None:
     target.write_text(json.dumps(dict(source, date="yesterday")))
     with pytest.raises(InputError, match="YYYYMMDD-HHMMSS"):
         read_latencies(target, deployment="d")
+
+
+def test_summary_only_results_are_run_level_sources() -> None:
+    """vllm bench serve --save-result (no --save-detailed), benchmark_serving.py and
+    TensorRT-LLM's port write whole-run figures only: read them, do not refuse the file."""
+    result = read_bench(FIXTURES / "vllm_bench_summary_only.json", deployment="d")
+    (run,) = result.runs
+    assert result.latencies.is_empty()
+    assert run.start == datetime(2026, 11, 29, 10, 2, 0, tzinfo=UTC)  # date - duration
+    assert run.requests == 11 and run.failed == 1 and run.duration_s == 10.0
+    assert run.request_throughput == pytest.approx(1.1) and run.goodput is None  # not given
+    assert run.input_tokens == 5632 and run.output_tokens == 704
+    assert any("whole-run figures only" in note for note in result.notes)
+
+
+def test_a_result_that_does_not_say_when_it_ran_is_not_placed() -> None:
+    result = read_bench(FIXTURES / "trtllm_benchmark_serving_summary.json", deployment="d")
+    (run,) = result.runs
+    assert run.start is None and run.end is None
+    assert run.goodput == pytest.approx(2.9159) and run.max_concurrency == 32
+    assert run.request_rate is None or not math.isfinite(run.request_rate)  # "inf"
+    assert run.stats["e2e"].p99 == pytest.approx(11.9876)
+    assert run.stats["itl"].p90 == pytest.approx(0.041)
+    start = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    placed = read_bench(
+        FIXTURES / "trtllm_benchmark_serving_summary.json", deployment="d", start=start
+    ).runs[0]
+    assert placed.start == start and placed.end == start + timedelta(seconds=61.73)
+    moved = read_bench(FIXTURES / "vllm_bench_summary_only.json", deployment="d", start=start)
+    assert moved.runs[0].start == start

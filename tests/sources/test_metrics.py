@@ -16,6 +16,7 @@ from preemptscope.ingest.metrics import (
     canonical_name,
     parse_metrics_text,
     read_metrics_path,
+    snapshot_notes,
     timestamp_from_name,
 )
 from preemptscope.ingest.schema import METRIC_SAMPLES
@@ -321,3 +322,86 @@ def test_unusual_values_fall_back_to_prometheus_client() -> None:
     with pytest.raises(InputError) as caught:
         parse_metrics_text("a 1\nb 1_000\n", timestamp=T, source="x", deployment="d")
     assert caught.value.line == 2
+
+
+ROUND2 = Path(__file__).parent.parent / "fixtures" / "round2"
+
+
+def _round2(prefix: str) -> pl.DataFrame:
+    (path,) = ROUND2.glob(f"{prefix}-*.prom")
+    return read_metrics_path(path, deployment="r2")
+
+
+def test_created_family_without_its_owner_is_folded() -> None:
+    # round-2 m02 starts with `vllm:gpu_prefix_cache_queries_created` (a gauge family of its
+    # own in prometheus-client's text) whose counter is outside the pasted window.
+    frame = _round2("m02")
+    assert not any(name.endswith("_created") for name in frame["metric"].to_list())
+    created = frame.filter(pl.col("sample") == "created")
+    assert sorted(created["metric"].to_list()) == ["prefix_cache_hits", "prefix_cache_queries"]
+    hits = frame.filter(pl.col("metric") == "prefix_cache_hits")
+    assert set(hits["type"].to_list()) == {"counter"}  # the owner is here: its type
+    queries = created.filter(pl.col("metric") == "prefix_cache_queries").row(0, named=True)
+    assert queries["type"] == "unknown" and queries["value"] == pytest.approx(1.7537953269352946e9)
+    kv = frame.filter(pl.col("metric") == "kv_cache_usage_perc")
+    assert kv["value"].to_list() == [pytest.approx(9.75010481363281e-06)]
+    assert snapshot_notes(frame) == []
+
+
+def test_created_of_a_histogram_is_its_sample() -> None:
+    text = (
+        "# TYPE vllm:e2e_request_latency_seconds histogram\n"
+        'vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 2.0\n'
+        'vllm:e2e_request_latency_seconds_count{model_name="m"} 2.0\n'
+        'vllm:e2e_request_latency_seconds_sum{model_name="m"} 3.0\n'
+        "# TYPE vllm:e2e_request_latency_seconds_created gauge\n"
+        'vllm:e2e_request_latency_seconds_created{model_name="m"} 1.7e9\n'
+    )
+    frame = parse_metrics_text(text, timestamp=T, source="t", deployment="d")
+    assert frame["metric"].unique().to_list() == ["e2e_request_latency_seconds"]
+    created = frame.filter(pl.col("sample") == "created").row(0, named=True)
+    assert created["type"] == "histogram"
+
+
+def test_help_type_only_snapshot_says_no_vllm_samples() -> None:
+    frame = _round2("m04")  # metrics disabled: HELP/TYPE lines, zero samples
+    assert frame.height == 0
+    (note,) = snapshot_notes(frame)
+    assert note.startswith("no vLLM samples:") and "HELP/TYPE lines only" in note
+    python_only = parse_metrics_text(
+        "# TYPE python_gc_objects_collected_total counter\n"
+        'python_gc_objects_collected_total{generation="0"} 1.0\n',
+        timestamp=T,
+        source="t",
+        deployment="d",
+    )
+    assert snapshot_notes(python_only) == [
+        "no vLLM samples: 1 other sample(s) only (is this vLLM's /metrics?)"
+    ]
+
+
+def test_help_type_only_snapshot_in_a_report(capsys: pytest.CaptureFixture[str]) -> None:
+    from preemptscope.cli import main
+
+    (path,) = ROUND2.glob("m04-*.prom")
+    assert main(["report", "--metrics", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (source,) = report["sources"]
+    assert source["records"]["samples"] == 0
+    assert source["notes"][0].startswith("no vLLM samples:")
+
+
+def test_multiprocess_bucket_fragment_without_type() -> None:
+    frame = _round2("m06")  # 13 e2e buckets, sorted labels engine,le,model_name, no +Inf
+    assert frame.height == 13
+    assert set(frame["type"].to_list()) == {"histogram"}
+    assert set(frame["engine"].to_list()) == {"0"}
+    assert frame.filter(pl.col("le") == 10.0)["value"].to_list() == [3.0]
+
+
+def test_triton_readme_ellipsis_names_its_line() -> None:
+    (path,) = ROUND2.glob("m08-*.prom")
+    with pytest.raises(InputError) as caught:
+        read_metrics_path(path, deployment="r2")
+    assert caught.value.line == 12  # the first `...` line (1-based)
+    assert "'...'" in caught.value.reason

@@ -1,0 +1,399 @@
+"""The deployment as observed, ready to replay: workload, settings, fitted step cost, and the
+figures the replay of *now* must reproduce. One builder for `whatif`, the report and the advice.
+
+Settings come from the data (KV blocks, block size, flags from the log and /metrics); `current`
+fills only what no source shows; presets (model, GPU) are used only where nothing observed
+exists, and every such use is written into `assumptions` in plain words. Pure: frames in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+from preemptscope.analysis import kvmodel
+from preemptscope.analysis.report import Capacity
+from preemptscope.analysis.sim.calibrate import fit_step_cost
+from preemptscope.analysis.sim.config import SimConfig, reserves_full_isl
+from preemptscope.analysis.sim.engine import simulate
+from preemptscope.analysis.sim.whatif import (
+    WhatIfOutcome,
+    observed_load,
+    outcome,
+    with_memory_change,
+    workload_from_observed,
+)
+from preemptscope.analysis.sim.workload import Workload
+
+from preemptscope.errors import ConfigError
+
+# Fewer client requests with token counts than this make no workload worth replaying.
+MIN_REQUESTS = 10
+# The replay is bounded so the live service can afford it: the latest requests only.
+MAX_REPLAY_REQUESTS = 3000
+MAX_REPLAY_STEPS = 500_000
+
+
+@dataclass(frozen=True)
+class ObservedFigures:
+    """What the deployment showed over the replayed span (None: not observed)."""
+
+    requests: int | None = None
+    preemptions: int | None = None
+    output_throughput: float | None = None
+    e2e_p99: float | None = None
+
+
+@dataclass(frozen=True)
+class Replay:
+    workload: Workload | None  # None: nothing to replay (no request data)
+    config: SimConfig
+    observed: ObservedFigures
+    assumptions: list[str] = field(default_factory=list)
+    workload_basis: str = ""
+
+    @property
+    def replayable(self) -> bool:
+        return self.workload is not None and len(self.workload) > 0
+
+    def run(
+        self, changes: Mapping[str, Any] | None = None, *, until: float | None = None
+    ) -> WhatIfOutcome:
+        """Replay the workload now (no changes) or under changed settings."""
+        if self.workload is None:
+            raise ConfigError("nothing to replay: no request data")
+        config = candidate_config(self.config, changes or {})
+        result = simulate(
+            self.workload, config, until=until, record_tokens=False, max_steps=MAX_REPLAY_STEPS
+        )
+        return outcome(result)
+
+
+# Block sizes vLLM's GPU attention backends take (the CLI's choices before 0.10, plus 256).
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+
+
+def check_changes(replay: Replay, changes: Mapping[str, Any]) -> None:
+    """Refuse values vLLM would refuse, or that would silently change the workload."""
+    config = replay.config
+    if (bs := changes.get("block_size")) is not None and bs not in BLOCK_SIZES:
+        raise ConfigError(
+            f"--block-size {bs}: vLLM's GPU attention backends take "
+            f"{', '.join(map(str, BLOCK_SIZES))}"
+        )
+    if (tp := changes.get("tensor_parallel_size")) is not None:
+        heads = (
+            config.model.num_attention_heads or config.model.hidden_size // config.model.head_dim
+        )
+        if (
+            tp < 1
+            or heads % tp
+            or (config.model.num_kv_heads % tp and tp % config.model.num_kv_heads)
+        ):
+            raise ConfigError(
+                f"--tensor-parallel-size {tp}: {config.model.name} has {heads} attention heads "
+                f"and {config.model.num_kv_heads} KV heads; vLLM needs the heads divisible by it"
+            )
+    if (length := changes.get("max_model_len")) is not None and replay.workload is not None:
+        wl = replay.workload
+        longer = int(((wl.prompt_len + wl.output_len) > length).sum())
+        if length < 2 or longer:
+            raise ConfigError(
+                f"--max-model-len {length}: {longer} of {len(wl)} requests are longer "
+                f"(up to {int((wl.prompt_len + wl.output_len).max()):,} tokens); vLLM would "
+                "reject or cut them, so the replay would not be this workload"
+            )
+    for key in ("max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks_override"):
+        if (value := changes.get(key)) is not None and value < 1:
+            raise ConfigError(f"--{key.replace('_', '-')} {value}: must be >= 1")
+    if (util := changes.get("gpu_memory_utilization")) is not None and not 0 < util <= 1:
+        raise ConfigError(f"--gpu-memory-utilization {util}: must be in (0, 1]")
+    if (policy := changes.get("scheduling_policy")) is not None and policy not in (
+        "fcfs",
+        "priority",
+    ):
+        raise ConfigError(f"--scheduling-policy {policy!r}: fcfs or priority")
+
+
+def replay_inputs(item: Any) -> dict[str, pl.DataFrame | None]:
+    """build_replay's frames from a DeploymentInputs (logs, /metrics, client rows)."""
+    from preemptscope.ingest.lifecycle import latencies_from_requests
+
+    def frames(kind: str) -> pl.DataFrame | None:
+        parts = [lf[kind] for lf in item.logs if kind in lf.frames and not lf[kind].is_empty()]
+        return pl.concat(parts, how="vertical_relaxed") if parts else None
+
+    requests = frames("requests")
+    latencies = item.latencies if item.latencies is not None and item.latencies.height else None
+    if latencies is None and requests is not None:
+        derived = latencies_from_requests(requests)
+        latencies = derived if derived.height else None
+    metrics = item.metrics if item.metrics is not None and item.metrics.height else None
+    return {
+        "latencies": latencies,
+        "metrics": metrics,
+        "stats": frames("scheduler_stats"),
+        "requests": requests,
+    }
+
+
+def candidate_config(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig:
+    """`base` with vLLM flags changed; memory moves the block count, TP scales a fitted cost."""
+    config = with_memory_change(base, changes)
+    gpus = config.tensor_parallel_size * config.pipeline_parallel_size
+    base_gpus = base.tensor_parallel_size * base.pipeline_parallel_size
+    if config.step_cost is not None and gpus != base_gpus:
+        ratio = base_gpus / gpus
+        cost = config.step_cost
+        config = dataclasses.replace(
+            config,
+            step_cost=dataclasses.replace(
+                cost,
+                per_step_s=cost.per_step_s * ratio,
+                per_prefill_token_s=cost.per_prefill_token_s * ratio,
+                per_decode_token_s=cost.per_decode_token_s * ratio,
+                basis=cost.basis + f", scaled x{ratio:g} for the GPU count",
+            ),
+        )
+    return config
+
+
+def workload_from_latencies(frame: pl.DataFrame | None) -> Workload | None:
+    """Client request rows (REQUEST_LATENCIES) as a replayable trace: arrivals and lengths."""
+    if frame is None or frame.is_empty():
+        return None
+    rows = frame.filter(
+        pl.col("start").is_not_null()
+        & pl.col("prompt_tokens").is_not_null()
+        & pl.col("output_tokens").is_not_null()
+    ).sort("start")
+    if rows.height < MIN_REQUESTS:
+        return None
+    rows = rows.tail(MAX_REPLAY_REQUESTS)
+    first = rows["start"].min()
+    arrival = (rows["start"] - first).dt.total_microseconds().cast(pl.Float64) / 1e6
+    n = rows.height
+    return Workload(
+        arrival=arrival.to_numpy(),
+        prompt_len=rows["prompt_tokens"].clip(lower_bound=1).to_numpy(),
+        # Failed requests report 0 output tokens: replayed as 1-token requests.
+        output_len=rows["output_tokens"].clip(lower_bound=1).to_numpy(),
+        priority=np.zeros(n, dtype=np.int64),
+        description={"kind": "client results", "requests": n, "basis": f"{n} client requests"},
+    )
+
+
+def _observed_from_latencies(frame: pl.DataFrame, workload: Workload) -> ObservedFigures:
+    rows = frame.filter(pl.col("start").is_not_null() & pl.col("e2e").is_not_null())
+    if rows.is_empty():
+        return ObservedFigures(requests=len(workload))
+    rows = rows.sort("start").tail(len(workload))
+    start = rows["start"].dt.epoch("us").cast(pl.Float64).to_numpy() / 1e6
+    end = start + rows["e2e"].to_numpy()
+    span = float(end.max() - start.min())
+    out = rows["output_tokens"].fill_null(0).sum() if "output_tokens" in rows.columns else None
+    e2e = rows["e2e"].to_numpy()
+    return ObservedFigures(
+        requests=rows.height,
+        output_throughput=float(out) / span if out and span > 0 else None,
+        e2e_p99=float(np.percentile(e2e, 99)) if len(e2e) else None,
+    )
+
+
+def _gpu_total(capacity: Capacity, util: float) -> float | None:
+    """Memory per GPU: logged, else rebuilt from vLLM's budget (weights + KV + the rest)."""
+    if capacity.gpu_memory_total_gib:
+        return capacity.gpu_memory_total_gib
+    if capacity.available_kv_memory_gib and capacity.model_weights_gib:
+        rest = kvmodel.DEFAULT_ACTIVATION_GIB + kvmodel.DEFAULT_NON_TORCH_GIB
+        return (capacity.model_weights_gib + capacity.available_kv_memory_gib + rest) / util
+    return None
+
+
+def _model_for(capacity: Capacity) -> kvmodel.ModelSpec | None:
+    if not capacity.model:
+        return None
+    name = capacity.model.lower()
+    for spec in kvmodel.MODEL_PRESETS.values():
+        if spec.name.lower() == name or name.endswith(spec.name.lower().split("/")[-1]):
+            return spec
+    return None
+
+
+def settings(
+    capacity: Capacity,
+    base: SimConfig,
+    current: Mapping[str, Any],
+    assumptions: list[str],
+    *,
+    presets_given: bool,
+) -> SimConfig:
+    """The current configuration: observed values first, `current` for the gaps, then presets."""
+    observed: dict[str, Any] = {
+        "gpu_memory_utilization": capacity.gpu_memory_utilization,
+        "max_num_seqs": capacity.max_num_seqs,
+        "max_num_batched_tokens": capacity.max_num_batched_tokens,
+        "tensor_parallel_size": capacity.tensor_parallel_size,
+        "pipeline_parallel_size": capacity.pipeline_parallel_size,
+        "block_size": capacity.block_size,
+        "max_model_len": capacity.max_model_len,
+        "num_gpu_blocks_override": capacity.num_gpu_blocks,
+        "scheduling_policy": capacity.scheduling_policy
+        if capacity.scheduling_policy in ("fcfs", "priority")
+        else None,
+        "scheduler_reserve_full_isl": reserves_full_isl(capacity.vllm_version),
+    }
+    chosen: dict[str, Any] = {}
+    for key, value in observed.items():
+        given = current.get(key)
+        if value is not None:
+            chosen[key] = value
+            if given is not None and given != value:
+                assumptions.append(f"--current {key}={given} ignored: the data shows {value}")
+        elif given is not None:
+            chosen[key] = given
+    for key, given in current.items():
+        if key not in observed and given is not None:
+            chosen[key] = given
+    if chosen.get("max_num_batched_tokens") is None:
+        seqs = chosen.get("max_num_seqs") or base.max_num_seqs
+        chosen["max_num_batched_tokens"] = max(base.max_num_batched_tokens, int(seqs))
+        assumptions.append(
+            f"max_num_batched_tokens not shown: vLLM's default {chosen['max_num_batched_tokens']}"
+        )
+    for key, label in (
+        ("max_num_seqs", "max_num_seqs"),
+        ("gpu_memory_utilization", "gpu_memory_utilization"),
+        ("max_model_len", "max_model_len"),
+    ):
+        if chosen.get(key) is None:
+            assumptions.append(f"{label} not shown: {getattr(base, key)} assumed")
+    if chosen.get("scheduler_reserve_full_isl") is None:
+        assumptions.append("vLLM version not shown: 0.33's whole-prompt admission assumed")
+    model = _model_for(capacity)
+    if model is not None and not presets_given:
+        chosen["model"] = model
+    config = dataclasses.replace(base, **chosen)
+    if config.num_gpu_blocks_override is None:
+        cap = config.capacity()
+        assumptions.append(
+            f"KV cache not shown: {cap.num_gpu_blocks:,} blocks estimated for {config.model.name} "
+            f"on {config.gpu.name}"
+        )
+    elif config.max_model_len > config.num_gpu_blocks_override * config.block_size:
+        config = dataclasses.replace(
+            config, max_model_len=config.num_gpu_blocks_override * config.block_size
+        )
+    total = _gpu_total(capacity, config.gpu_memory_utilization)
+    if total is not None:
+        config = dataclasses.replace(
+            config, gpu=dataclasses.replace(config.gpu, memory_gib=total, name="observed GPU")
+        )
+    elif config.num_gpu_blocks_override is not None:
+        assumptions.append(
+            f"GPU memory not shown: {config.gpu.memory_gib:g} GiB ({config.gpu.name}) assumed "
+            "for memory changes"
+        )
+    return config
+
+
+def build_replay(
+    capacity: Capacity,
+    *,
+    latencies: pl.DataFrame | None,
+    metrics: pl.DataFrame | None,
+    stats: pl.DataFrame | None,
+    requests: pl.DataFrame | None,
+    preemptions: int | None,
+    base: SimConfig | None = None,
+    current: Mapping[str, Any] | None = None,
+    presets_given: bool = False,
+    output_tokens: float | None = None,
+    seed: int = 0,
+) -> Replay:
+    """Everything a replay needs, from what one deployment's inputs show."""
+    assumptions: list[str] = []
+    config = settings(
+        capacity, base or SimConfig(), current or {}, assumptions, presets_given=presets_given
+    )
+    fitted = fit_step_cost(latencies, metrics, stats)
+    if fitted is not None:
+        config = dataclasses.replace(config, step_cost=fitted)
+    else:
+        assumptions.append(
+            f"no step timings to fit: step times from the roofline of {config.model.name} on "
+            f"{config.gpu.name} (presets)"
+        )
+    workload = workload_from_latencies(latencies)
+    figures = ObservedFigures(preemptions=preemptions)
+    basis = ""
+    if workload is not None and latencies is not None:
+        basis = str(workload.description.get("basis", ""))
+        figures = dataclasses.replace(
+            _observed_from_latencies(latencies, workload), preemptions=preemptions
+        )
+    elif stats is not None and stats.height >= 2:
+        try:
+            load = observed_load(stats, requests, output_tokens=output_tokens)
+        except ConfigError as exc:
+            assumptions.append(f"no workload to replay: {exc}")
+        else:
+            workload = workload_from_observed(load, seed=seed)
+            basis = load.basis + "; lengths lognormal around the means"
+            figures = ObservedFigures(
+                requests=len(workload),
+                preemptions=preemptions,
+                output_throughput=load.mean_output_tokens * load.request_rate,
+                e2e_p99=_log_e2e_p99(latencies),
+            )
+    else:
+        assumptions.append("no workload to replay: no request data or stats lines")
+    return Replay(workload, config, figures, assumptions, basis)
+
+
+def _log_e2e_p99(latencies: pl.DataFrame | None) -> float | None:
+    if latencies is None or latencies.is_empty():
+        return None
+    e2e = latencies["e2e"].drop_nulls().to_numpy()
+    return float(np.percentile(e2e, 99)) if len(e2e) else None
+
+
+def relative(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or old == 0 or math.isnan(new) or math.isnan(old):
+        return None
+    return new / old - 1.0
+
+
+def fit_line(replay: Replay, now: WhatIfOutcome) -> list[tuple[str, str, str]]:
+    """(figure, observed, replayed now) rows: the fit's own error, shown to the user."""
+    o = replay.observed
+
+    def num(v: float | int | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    return [
+        ("preemptions", num(o.preemptions, ","), num(now.preemptions, ",")),
+        ("output tok/s", num(o.output_throughput, ",.0f"), num(now.output_throughput, ",.0f")),
+        ("e2e p99 (s)", num(o.e2e_p99, ".2f"), num(now.e2e_p99, ".2f")),
+    ]
+
+
+def describe_cost(config: SimConfig) -> str:
+    cost = config.step_cost
+    if cost is None:
+        return f"roofline of {config.model.name} on {config.gpu.name}"
+    err = f", median error {cost.rel_error:.0%}" if cost.rel_error is not None else ""
+    return (
+        f"fitted from {cost.basis}: {cost.per_step_s * 1e3:.1f} ms per step + "
+        f"{cost.per_decode_token_s * 1e3:.3f} ms per running request + "
+        f"{cost.per_prefill_token_s * 1e3:.3f} ms per prefill token{err}"
+    )
+
+
+def inputs_summary(sources: Sequence[str]) -> str:
+    return ", ".join(sources)
