@@ -83,7 +83,12 @@ def schedule(days: float, profile: Profile) -> list[tuple[float, float]]:
 
 
 def build_fleet(
-    *, servers: int = 24, days: float = 2.0, interval: float = 60.0, seeds: int = 2
+    *,
+    servers: int = 24,
+    days: float = 2.0,
+    interval: float = 60.0,
+    seeds: int = 2,
+    start: datetime = START,
 ) -> list[FleetServer]:
     """`servers` servers cycling over PROFILES x `seeds` simulations, each its own time shift."""
     rendered: dict[tuple[int, int], list[tuple[datetime, str]]] = {}
@@ -101,7 +106,7 @@ def build_fleet(
             )
             result = simulate(traffic, config, record_tokens=False)
             rendered[(p, seed)] = writers.render_metrics_snapshots(
-                result, start=START, interval=interval, model_name=MODEL_NAME
+                result, start=start, interval=interval, model_name=MODEL_NAME
             )
         shift = timedelta(seconds=(i // (len(PROFILES) * seeds)) * 7 * 60 + i)
         fleet.append(
@@ -109,7 +114,7 @@ def build_fleet(
                 namespace="llm" if i % 2 == 0 else "batch",
                 pod=f"{profile.name}-{i:03d}",
                 instance=f"10.0.{i // 250}.{i % 250 + 1}:8000",
-                start=START + shift,
+                start=start + shift,
                 shift=shift,
                 rendered=rendered[(p, seed)],
             )
