@@ -287,6 +287,8 @@ def series_frame(
 ) -> pl.DataFrame:
     """Raw samples of one server as METRIC_SAMPLES rows, named as ingest/metrics.py names them.
 
+    Rows are in chunk order (each series in time order); sort by timestamp before analysis.
+
     `drop`: labels that identify the server (namespace, pod, instance, job, ...), left out of
     the `labels` column so a series keeps one identity when, say, a pod's IP changes.
     """
@@ -344,7 +346,6 @@ def series_frame(
             value=samples["v"],
         )
         .select(METRIC_SAMPLES.names())
-        .sort("timestamp", maintain_order=True)
     )
 
 

@@ -376,8 +376,10 @@ def build(args: argparse.Namespace) -> Built:
         items = iter_inputs(args.paths, args.metrics, args.bench, options=options, fleet=servers)
         for item in items:
             deployments.append(analyze_deployment(item, params))
-            # Analyzed one at a time: a fleet's samples never sit in memory together.
-            inputs.append(dataclasses.replace(item, metrics=None))
+            # Analyzed one at a time: dropped before the next is read, so a fleet's samples
+            # never sit in memory together (logs and client results are kept: small).
+            item.metrics = None
+            inputs.append(item)
     report = Report(
         deployments=deployments,
         # Inputs that held no vLLM line stay in the sources, each with a note saying why.
