@@ -139,7 +139,7 @@ def _candidates(action: str, advice: Advice, replay: Replay, capacity: Capacity)
     suggested = _number(advice.suggested)
     if action == "raise_gpu_memory_utilization":
         current = config.gpu_memory_utilization
-        values = {round(min(MAX_SUGGESTED_UTILIZATION, current + d), 2) for d in (0.03, 0.05, 0.1)}
+        values = {round(min(MAX_SUGGESTED_UTILIZATION, current + d), 2) for d in (0.03, 0.1)}
         if suggested is not None:
             values.add(round(suggested, 2))
         return sorted(v for v in values if v > current)
@@ -147,7 +147,7 @@ def _candidates(action: str, advice: Advice, replay: Replay, capacity: Capacity)
         current = config.max_num_seqs
         peak = capacity.peak_running or current
         if action == "lower_max_num_seqs":
-            pool = {round(min(current, peak) * f) for f in (0.5, 0.75, 0.9)}
+            pool = {round(min(current, peak) * f) for f in (0.5, 0.8)}
             keep = [
                 v for v in pool | ({int(suggested)} if suggested else set()) if 1 <= v < current
             ]
@@ -158,7 +158,7 @@ def _candidates(action: str, advice: Advice, replay: Replay, capacity: Capacity)
     if action == "lower_max_num_batched_tokens":
         current = config.max_num_batched_tokens
         floor = max(MIN_BATCHED_TOKENS, config.max_num_seqs)
-        values = {max(floor, current // 2), max(floor, current // 4)}
+        values = {max(floor, current // 2)}
         if not config.enable_chunked_prefill:
             values = {v for v in values if v >= config.max_model_len}
         return sorted(v for v in values if v < current)
@@ -186,12 +186,12 @@ def _change(new: float | None, old: float | None) -> float | None:
 def effect(now: WhatIfOutcome, new: WhatIfOutcome) -> str:
     """ "preemptions 51 -> 0, tok/s -21 %, e2e p99 +53 %" """
     parts = [f"preemptions {now.preemptions:,} -> {new.preemptions:,}"]
-    tput = _change(new.output_throughput, now.output_throughput)
-    if tput is not None:
-        parts.append(f"tok/s {tput:+.0%}".replace("%", " %"))
-    p99 = _change(new.e2e_p99, now.e2e_p99)
-    if p99 is not None:
-        parts.append(f"e2e p99 {p99:+.0%}".replace("%", " %"))
+    for label, change in (
+        ("tok/s", _change(new.output_throughput, now.output_throughput)),
+        ("e2e p99", _change(new.e2e_p99, now.e2e_p99)),
+    ):
+        if change is not None:
+            parts.append(f"{label} {round(change * 100) + 0:+d} %")  # + 0: no "-0 %"
     return ", ".join(parts)
 
 

@@ -264,7 +264,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
             params,
             # Advice is checked by replaying the observed workload (analysis/sim/observed.py).
             replay=lambda: build_replay(
-                capacity, **replay_inputs(inputs), preemptions=preemptions.total
+                capacity, replay_inputs(inputs), preemptions=preemptions.total
             ),
         ),
         windows=windows,

@@ -29,7 +29,8 @@ def main() -> int:
     parser.add_argument("--window", default="30s")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        html = Path(tmp) / "report.html"
+        html = Path(tmp) / "demo-output" / "report.html"
+        # Run where a user would: the report names the files as `demo-output/...`, not /tmp/...
         subprocess.run(
             [
                 sys.executable,
@@ -37,7 +38,7 @@ def main() -> int:
                 "preemptscope",
                 "demo",
                 "--out",
-                tmp,
+                "demo-output",
                 "--duration",
                 args.duration,
                 "--window",
@@ -47,6 +48,7 @@ def main() -> int:
             ],
             check=True,
             stdout=subprocess.DEVNULL,
+            cwd=tmp,
         )
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

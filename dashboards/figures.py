@@ -86,6 +86,18 @@ class SweepOutcome(Protocol):
     def e2e_p99(self) -> float | None: ...
 
 
+# A title with notes under it is several lines: anchored at the top and allowed to push the
+# plot down (automargin), it cannot sit on the top tick label whatever the width.
+TITLE_PLACE: dict[str, Any] = {
+    "x": 0.01,
+    "y": 1.0,
+    "yref": "container",
+    "yanchor": "top",
+    "pad": {"t": 24},  # yanchor "top" places the first line's baseline, not its top
+    "automargin": True,
+}
+
+
 def whatif_points(outcomes: Iterable[SweepOutcome]) -> list[WhatIfPoint]:
     """A simulator sweep over max_num_seqs → the capacity figure's what-if curve."""
     return [
@@ -645,11 +657,12 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
     rho = corr.spearman_rho
     label = METRIC_LABELS.get(metric or "", "latency")
     title = f"Preemption rate vs {label} p99/mean"
+    notes = []
+    # ρ heads the notes, not the title line: with its scope the line outgrew a half-width chart.
     if rho is not None:
-        title += f" (Spearman ρ = {rho:.2f}{plot_text(rho_scope)})"
+        notes.append(f"Spearman ρ = {rho:.2f}{rho_scope}")
     else:
         title += " (ρ: not enough data)"
-    notes = []
     if corr.p99_over_mean_with is not None and corr.p99_over_mean_without is not None:
         notes.append(
             f"p99/mean {corr.p99_over_mean_with:.2f} in {corr.windows_with_preemption} windows "
@@ -669,9 +682,10 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
     # Notes go under the title, where they cannot cover the points.
     title += "".join(f"<br><sup>{plot_text(n)}</sup>" for n in notes)
     fig.update_xaxes(title_text="preemptions per minute", rangemode="tozero")
-    fig.update_yaxes(title_text=f"{label} p99 / mean", rangemode="tozero")
+    # Both axes start at 0: without a standoff the two "0" tick labels touch at the corner.
+    fig.update_yaxes(title_text=f"{label} p99 / mean", rangemode="tozero", ticklabelstandoff=6)
     fig.update_layout(
-        title={"text": title, "x": 0.01, "font": {"size": 15}},
+        title={"text": title, "font": {"size": 15}, **TITLE_PLACE},
         height=420,
         legend={"orientation": "h", "y": -0.2},
         template="plotly_white",
@@ -727,12 +741,14 @@ def capacity_figure(
         ("demand peak (running + waiting)", demand_peak, COLORS["waiting"]),
     ]
     has_whatif = bool(whatif)
+    # The what-if panel goes below, not beside: in a half-width cell two panels side by side
+    # left the bar labels no room and the two subplot titles ran into each other.
     fig = make_subplots(
-        rows=1,
-        cols=2 if has_whatif else 1,
-        column_widths=[0.5, 0.5] if has_whatif else None,
-        horizontal_spacing=0.18,
-        specs=[[{}, {"secondary_y": True}]] if has_whatif else [[{}]],
+        rows=2 if has_whatif else 1,
+        cols=1,
+        row_heights=[0.45, 0.55] if has_whatif else None,
+        vertical_spacing=0.2,
+        specs=[[{}], [{"secondary_y": True}]] if has_whatif else [[{}]],
         subplot_titles=(
             ("Concurrency: capacity vs demand", "What-if: max_num_seqs (simulated)")
             if has_whatif
@@ -777,12 +793,12 @@ def capacity_figure(
         title={
             "font": {"size": 15},
             "text": heading + "".join(f"<br><sup>{plot_text(d)}</sup>" for d in details),
-            "x": 0.01,
+            **TITLE_PLACE,
         },
-        height=420,
+        height=760 if has_whatif else 420,
         template="plotly_white",
         margin={"l": 70, "r": 30, "t": 110, "b": 50},
-        legend={"orientation": "h", "y": -0.2},
+        legend={"orientation": "h", "y": -0.12 if has_whatif else -0.2},
         uirevision=dep.name,
     )
     return fig
@@ -799,8 +815,8 @@ def _whatif_traces(fig: go.Figure, points: list[WhatIfPoint], current: int | Non
             marker={"color": COLORS["exact"], "opacity": 0.6},
             hovertemplate="max_num_seqs %{x}: %{y:,.0f} preemptions<extra></extra>",
         ),
-        row=1,
-        col=2,
+        row=2,
+        col=1,
         secondary_y=False,
     )
     fig.add_trace(
@@ -812,22 +828,31 @@ def _whatif_traces(fig: go.Figure, points: list[WhatIfPoint], current: int | Non
             line={"color": COLORS["e2e"]},
             hovertemplate="max_num_seqs %{x}: p99 %{y:.2f} s<extra></extra>",
         ),
-        row=1,
-        col=2,
+        row=2,
+        col=1,
         secondary_y=True,
     )
     if current is not None:
+        # Inside the plot, on the side of the line with more room: above it sits the title.
+        side = "left" if xs and current > (xs[0] + xs[-1]) / 2 else "right"
         fig.add_vline(
             x=current,
-            row=1,
-            col=2,
+            row=2,
+            col=1,
             line={"color": "#555", "dash": "dash"},
             annotation_text=f"current {current}",
-            annotation_position="top",
+            annotation_position=f"top {side}",
         )
-    fig.update_xaxes(title_text="max_num_seqs", row=1, col=2)
-    fig.update_yaxes(title_text="preemptions", rangemode="tozero", row=1, col=2, secondary_y=False)
-    fig.update_yaxes(title_text="p99 (s)", rangemode="tozero", row=1, col=2, secondary_y=True)
+    fig.update_xaxes(title_text="max_num_seqs", row=2, col=1)
+    fig.update_yaxes(
+        title_text="preemptions",
+        rangemode="tozero",
+        ticklabelstandoff=6,  # clear of the x axis's "0" at the corner
+        row=2,
+        col=1,
+        secondary_y=False,
+    )
+    fig.update_yaxes(title_text="p99 (s)", rangemode="tozero", row=2, col=1, secondary_y=True)
 
 
 def _fmt_value(value: float | None) -> str:

@@ -9,7 +9,9 @@ everywhere: HTML via `html.escape`, JSON inside <script> with `<`, `>` and `&` a
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
@@ -85,22 +87,29 @@ def _sources_table(sources: list[SourceSummary]) -> str:
             share = f" ({src.unrecognized_lines / src.lines:.2%})"
         rows.append(
             "<tr>"
-            f"<td><code>{esc(src.path)}</code></td><td>{esc(src.kind)}</td>"
-            f"<td>{esc(src.deployment)}</td><td class='num'>{_fmt(src.lines)}</td>"
+            f"<td><code>{_breakable_path(src.path)}</code></td>"
+            f"<td class='word'>{esc(src.kind)}</td><td class='word'>{esc(src.deployment)}</td>"
+            f"<td class='num'>{_fmt(src.lines)}</td>"
             f"<td class='num'>{_fmt(src.unrecognized_lines)}{share}</td>"
-            f"<td>{esc(src.log_era or '')}</td><td>{esc(src.vllm_version or '')}</td>"
-            f"<td>{esc(src.timezone or '')}</td><td>{records}"
+            f"<td class='word'>{esc(src.log_era or '')}</td>"
+            f"<td class='word'>{esc(src.vllm_version or '')}</td>"
+            f"<td class='word'>{esc(src.timezone or '')}</td><td>{records}"
             + "".join(f'<div class="note">{esc(note)}</div>' for note in src.notes)
             + "</td>"
             "</tr>"
         )
     return (
-        '<table class="sources"><thead><tr><th>Source</th><th>Kind</th><th>Deployment</th>'
-        "<th class='num'>Lines read</th><th class='num'>Unrecognised</th><th>Log era</th>"
-        "<th>vLLM</th><th>Time zone</th><th>Records</th></tr></thead><tbody>"
+        '<div class="scroll"><table class="sources"><thead><tr><th>Source</th><th>Kind</th>'
+        "<th>Deployment</th><th class='num'>Lines read</th><th class='num'>Unrecognised</th>"
+        "<th>Log era</th><th>vLLM</th><th>Time zone</th><th>Records</th></tr></thead><tbody>"
         + "".join(rows)
-        + "</tbody></table>"
+        + "</tbody></table></div>"
     )
+
+
+def _breakable_path(path: str) -> str:
+    """An escaped path that may wrap after each "/", and nowhere inside a name."""
+    return "/<wbr>".join(f'<span class="word">{esc(part)}</span>' for part in path.split("/"))
 
 
 def _parameters_table(parameters: dict[str, Any]) -> str:
@@ -288,10 +297,17 @@ def write_report_html(
     """Write the report atomically (a reader never sees half a file)."""
     target = Path(path)
     text = render_report_html(report, whatif=whatif, overview=overview)
-    tmp = target.with_name(f".{target.name}.tmp")
+    tmp: Path | None = None
     try:
-        tmp.write_text(text, encoding="utf-8")
+        # Created exclusively under an unpredictable name in the target's directory: a file
+        # or symlink planted at a predictable `.NAME.tmp` is never followed or overwritten.
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        tmp.chmod(0o644)  # mkstemp's 0600 would make a report only its writer can read
         tmp.replace(target)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise InputError(str(target), f"cannot write the HTML report: {exc.strerror}") from exc

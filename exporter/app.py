@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import tempfile
+import zlib
 from base64 import b64decode
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from pathlib import Path
@@ -57,6 +58,8 @@ STATUS_CODES = {
 }
 UPLOAD_PATHS = ("/api/report",)
 TEXT_SNIFF_BYTES = 64 * 1024
+# A .gz upload may expand to this many times --max-upload (vLLM logs compress ~10-20x).
+UPLOAD_EXPANSION = 16
 MAX_UPLOAD_WINDOW_S = 86400.0  # a day per window: beyond, nothing a report shows makes sense
 DOCS_CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 Readiness = bool | tuple[bool, dict[str, Any]]
@@ -425,7 +428,10 @@ def create_app(
             raise ApiError(422, f"unknown form field(s) {', '.join(unknown)}; use log / bench")
         if not logs and not benches:
             raise ApiError(422, "no file uploaded: send at least one 'log' or 'bench' file")
-        return await _report_from_uploads(logs, benches, _window(form.get("window"), window_s))
+        window_value = _window(form.get("window"), window_s)
+        return await _report_from_uploads(
+            logs, benches, window_value, max_inflated=UPLOAD_EXPANSION * max_upload
+        )
 
     try:
         from preemptscope.exporter import pages
@@ -494,7 +500,7 @@ def _docs_page(spec: dict[str, Any]) -> str:
 
 
 async def _report_from_uploads(
-    logs: list[UploadFile], benches: list[UploadFile], window_s: float
+    logs: list[UploadFile], benches: list[UploadFile], window_s: float, *, max_inflated: int
 ) -> Any:
     from starlette.concurrency import run_in_threadpool
 
@@ -503,7 +509,58 @@ async def _report_from_uploads(
         bench_paths = [
             await _save(upload, Path(tmp), "bench", i) for i, upload in enumerate(benches)
         ]
+        # One budget for all uploads: a gzip bomb must not become gigabytes to parse.
+        budget = [max_inflated]
+        log_paths = [await run_in_threadpool(_inflate, s, budget) for s in log_paths]
+        bench_paths = [await run_in_threadpool(_inflate, s, budget) for s in bench_paths]
         return await run_in_threadpool(_analyze_files, log_paths, bench_paths, window_s)
+
+
+def _inflate(spec: str, budget: list[int]) -> str:
+    """A gzip upload, decompressed into a plain file with at most `budget[0]` bytes (shared by
+    the request's uploads); 413 beyond. Plain uploads are returned as they are."""
+    path_text, _, name = spec.rpartition("=")
+    path = Path(path_text)
+    with path.open("rb") as handle:
+        if handle.read(2) != b"\x1f\x8b":
+            return spec
+    # Beside the upload, under the same `N-name` (without .gz): _strip_tmp shows the name.
+    inflated = path.parent / "preemptscope-upload-inflated"
+    inflated.mkdir(exist_ok=True)
+    target = inflated / path.name.removesuffix(".gz")
+    limit = budget[0]
+    decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    written = 0
+    try:
+        with path.open("rb") as source, target.open("wb") as out:
+            while raw := source.read(1 << 20):
+                while raw:
+                    # max_length bounds each step (a bomb expands 1000-fold); members are
+                    # concatenated gzip streams, as `cat a.gz b.gz` makes.
+                    data = decoder.decompress(raw, limit + 1 - written)
+                    written += len(data)
+                    if written > limit:
+                        raise ApiError(
+                            413,
+                            f"{_client_name(path)}: more than {limit} bytes once decompressed"
+                            " (raise --max-upload, or upload fewer or smaller files)",
+                            detail={"limit_bytes": limit},
+                        )
+                    out.write(data)
+                    if decoder.eof:
+                        raw = decoder.unused_data
+                        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    else:
+                        raw = decoder.unconsumed_tail
+    except zlib.error as exc:
+        raise ApiError(422, f"{_client_name(path)}: broken gzip data ({exc})") from None
+    path.unlink()
+    budget[0] -= written
+    return f"{target}={name}"
+
+
+def _client_name(path: Path) -> str:
+    return path.name.split("-", 1)[-1]
 
 
 async def _save(upload: UploadFile, directory: Path, kind: str, index: int) -> str:

@@ -2,27 +2,18 @@
 
 The handlers serialise the report themselves (bodies are cached per snapshot); these models
 describe what they send, and a test validates real responses against them so the two cannot
-drift. The report parts reuse the report's own dataclasses (analysis/report.py).
+drift. The report parts are the report's own dataclasses (analysis/report.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from datetime import datetime
 from typing import Any, Literal
 
-from preemptscope.analysis.report import (
-    Advice,
-    Capacity,
-    ClientRun,
-    Correlation,
-    Episode,
-    Event,
-    Preemptions,
-    SourceSummary,
-    Verdict,
-    Window,
-)
-from pydantic import BaseModel, ConfigDict
+from preemptscope.analysis.report import DeploymentReport, SourceSummary
+from pydantic import BaseModel, ConfigDict, create_model
 
 VerdictState = Literal["ok", "at_risk", "over_capacity", "insufficient_data"]
 
@@ -38,7 +29,7 @@ class Totals(_Strict):
     unrecognized_lines: int
     # Only sources that exist for the deployment have a key (no count is no key, never 0).
     preemptions: dict[str, int]
-    sources_known: bool
+    sources_known: bool  # every key of `preemptions` is a preemption source that exists
     rotations: dict[str, int]
     gaps: int
     last_event: dict[str, float]
@@ -76,22 +67,25 @@ class DeploymentList(_Strict):
     deployments: list[DeploymentSummary]
 
 
-class DeploymentDetail(_Strict):
-    """One deployment of `preemptscope report --json` (docs/report.md), its sources in full,
-    and `live`."""
+def _detail_model() -> type[BaseModel]:
+    """One deployment of `preemptscope report --json` (docs/report.md) with its sources in full,
+    `live`, `generated_at` and `parameters`. Built from DeploymentReport's own fields, so a
+    field added to the report is in the schema at once."""
+    hints = typing.get_type_hints(DeploymentReport)
+    fields: dict[str, Any] = {
+        f.name: (hints[f.name], ...) for f in dataclasses.fields(DeploymentReport)
+    }
+    fields["sources"] = (list[SourceSummary], ...)  # the summaries, not the report's paths
+    fields["live"] = (LiveStatus, ...)
+    fields["generated_at"] = (datetime | None, ...)
+    fields["parameters"] = (dict[str, Any], ...)
+    model: type[BaseModel] = create_model(
+        "DeploymentDetail",
+        __config__=ConfigDict(extra="forbid"),
+        __doc__=_detail_model.__doc__,
+        **fields,
+    )
+    return model
 
-    name: str
-    verdict: Verdict
-    preemptions: Preemptions
-    capacity: Capacity
-    advice: list[Advice]
-    windows: list[Window]
-    episodes: list[Episode]
-    correlation: Correlation
-    events: list[Event]
-    client_runs: list[ClientRun]
-    group: str | None
-    sources: list[SourceSummary]
-    live: LiveStatus
-    generated_at: datetime | None
-    parameters: dict[str, Any]
+
+DeploymentDetail = _detail_model()

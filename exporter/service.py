@@ -124,6 +124,11 @@ class Service:
         """The first analysis is done (the start-up half of readiness)."""
         return self._ready.is_set()
 
+    def note_input(self) -> None:
+        """Something was read (a log line, a successful scrape, a Prometheus query): /readyz
+        counts the inputs as alive. Every input loop calls this on success."""
+        self._last_input = time.monotonic()
+
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """What /readyz reports: ready when the first analysis is done, the last analysis is
         recent (the loop is not stuck) and some input (a log line, a successful scrape) was
@@ -195,7 +200,7 @@ class Service:
         gaps_before = followed.follower.gaps
         chunks = followed.follower.poll()
         if chunks:
-            self._last_input = time.monotonic()
+            self.note_input()
         followed.buffer.extend(chunks)
         if followed.follower.gaps > gaps_before:
             self.live.add_gaps(followed.target.deployment, followed.follower.gaps - gaps_before)
@@ -331,7 +336,7 @@ class Service:
             )
             LOG.exception("scrape of %s failed unexpectedly", target.url)
             return
-        self._last_input = time.monotonic()
+        self.note_input()
         self.live.add_scrape(
             target.url, target.deployment, samples, duration_s=time.perf_counter() - started
         )

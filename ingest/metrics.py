@@ -17,11 +17,13 @@ version-tolerant name (see `canonical_name` and docs/sources.md):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import json
 import math
 import re
+import socket
 import threading
 import time
 import zlib
@@ -485,10 +487,12 @@ def fetch_metrics_text(
     A target is not trusted: no redirect is followed (it could point at another local
     service), the body is capped at `max_bytes` AFTER decompression (a gzip bomb), and
     `timeout` is a deadline for the whole scrape, not per read (a body trickled a byte at a
-    time). A target that stops sending altogether is cut by the read timeout, so a scrape
-    never takes longer than twice `timeout`.
+    time): when it passes, the connection's socket is shut down, which ends a read blocked
+    on it. (A connection reused from a caller's `client` pool is not seen connecting; there the
+    deadline is checked between reads, each bounded by `timeout`.)
     """
     deadline = time.monotonic() + timeout
+    watchdog = _Watchdog(timeout)
     own = client is None
     session = httpx.Client() if client is None else client
     try:
@@ -498,6 +502,7 @@ def fetch_metrics_text(
             timeout=httpx.Timeout(timeout),
             follow_redirects=False,
             headers={"Accept-Encoding": "gzip", "Accept": "text/plain"},
+            extensions={"trace": watchdog.trace},
         ) as response:
             if response.is_redirect:
                 where = response.headers.get("location", "?")
@@ -509,17 +514,55 @@ def fetch_metrics_text(
             if response.status_code != 200:
                 raise ScrapeError(url, f"HTTP {response.status_code} {response.reason_phrase}")
             body = _read_capped(response, url, deadline=deadline, timeout=timeout, cap=max_bytes)
+            if watchdog.fired:  # the shutdown can read as the end of a close-delimited body
+                raise ScrapeError(url, f"timed out after {timeout:g} s (deadline)")
     except httpx.TimeoutException:
         raise ScrapeError(url, f"timed out after {timeout:g} s") from None
     except httpx.HTTPError as exc:
+        if watchdog.fired:
+            raise ScrapeError(url, f"timed out after {timeout:g} s (deadline)") from None
         raise ScrapeError(url, f"{type(exc).__name__}: {exc}") from None
     finally:
+        watchdog.cancel()
         if own:
             session.close()
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScrapeError(url, f"body is not UTF-8 text (byte {exc.start})") from None
+
+
+class _Watchdog:
+    """Shuts the scrape's socket down when the deadline passes: a read blocked on it returns
+    at once (a per-read timeout alone lets a trickling target hold a scrape for ever)."""
+
+    def __init__(self, timeout: float) -> None:
+        self.fired = False
+        self._socket: Any = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(timeout, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        # httpcore reports each new TCP connection; its stream knows the socket.
+        if event == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            with self._lock:
+                self._socket = stream.get_extra_info("socket") if stream is not None else None
+            if self.fired:
+                self._fire()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sock = self._socket
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed: the scrape ended on its own
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def _read_capped(

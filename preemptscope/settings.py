@@ -81,7 +81,7 @@ SETTINGS: tuple[Setting, ...] = (
         DEFAULT_PORT,
         "TCP port to bind (0 picks a free one). The default is used by no common LLM server"
         " (vLLM and Triton take 8000, llama.cpp and TGI 8080, SGLang 30000, Ollama 11434)"
-        " and by no exporter in Prometheus' port list.",
+        " and lies outside Prometheus' exporter port range 9100-9999 (DCGM's 9400 included).",
     ),
     Setting(
         "allowed_hosts",
@@ -246,9 +246,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "ready_after",
         "duration",
-        300.0,
-        "/readyz fails (503) when the newest record read (log line or scrape) is older than"
-        " this: the inputs went quiet or the analysis is stuck.",
+        600.0,
+        "/readyz fails (503) when nothing was read from any input (a log line, a successful"
+        " scrape) for this long, or no analysis finished for this long.",
     ),
 )
 

@@ -90,7 +90,7 @@ def points_from_latencies(frame: pl.DataFrame | None) -> StepPoints | None:
     prompts = rows["prompt_tokens"].to_numpy().astype(np.float64)
     cum_t = np.sort(first)
     cum_p = np.concatenate([[0.0], np.cumsum(prompts[np.argsort(first)])])
-    lo = np.searchsorted(cum_t, first, side="left")
+    lo = np.searchsorted(cum_t, first, side="right")  # its own prompt came before
     hi = np.searchsorted(cum_t, end, side="right")
     p = (cum_p[hi] - cum_p[lo]) / np.maximum(end - first, 1e-9)
     keep = ok & (n >= 1)
@@ -211,7 +211,7 @@ def fit_step_cost(
         (points_from_metrics, metrics),
         (points_from_stats, stats),
     ):
-        points = make(source)  # type: ignore[operator]
+        points = make(source)
         if points is not None:
             fitted = fit(points)
             if fitted is not None:

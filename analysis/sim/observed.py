@@ -9,7 +9,9 @@ exists, and every such use is written into `assumptions` in plain words. Pure: f
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,9 +36,13 @@ from preemptscope.errors import ConfigError
 
 # Fewer client requests with token counts than this make no workload worth replaying.
 MIN_REQUESTS = 10
-# The replay is bounded so the live service can afford it: the latest requests only.
-MAX_REPLAY_REQUESTS = 3000
+# The replay is bounded so the live service can afford it: the latest requests only, a step
+# cap, and the last outcomes remembered (the service re-analyzes the same data between
+# arrivals).
+MAX_REPLAY_REQUESTS = 1000
 MAX_REPLAY_STEPS = 500_000
+_MEMO: OrderedDict[tuple[str, SimConfig, float | None], WhatIfOutcome] = OrderedDict()
+_MEMO_SIZE = 128
 
 
 @dataclass(frozen=True)
@@ -68,10 +74,19 @@ class Replay:
         if self.workload is None:
             raise ConfigError("nothing to replay: no request data")
         config = candidate_config(self.config, changes or {})
-        result = simulate(
-            self.workload, config, until=until, record_tokens=False, max_steps=MAX_REPLAY_STEPS
-        )
-        return outcome(result)
+        wl = self.workload
+        digest = hashlib.sha1(
+            wl.arrival.tobytes() + wl.prompt_len.tobytes() + wl.output_len.tobytes()
+        ).hexdigest()
+        key = (digest, config, until)
+        if key in _MEMO:
+            _MEMO.move_to_end(key)
+            return _MEMO[key]
+        result = simulate(wl, config, until=until, record_tokens=False, max_steps=MAX_REPLAY_STEPS)
+        found = _MEMO[key] = outcome(result)
+        while len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
+        return found
 
 
 # Block sizes vLLM's GPU attention backends take (the CLI's choices before 0.10, plus 256).
@@ -111,6 +126,8 @@ def check_changes(replay: Replay, changes: Mapping[str, Any]) -> None:
     for key in ("max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks_override"):
         if (value := changes.get(key)) is not None and value < 1:
             raise ConfigError(f"--{key.replace('_', '-')} {value}: must be >= 1")
+    if (mark := changes.get("watermark")) is not None and not 0 <= mark < 1:
+        raise ConfigError(f"--watermark {mark}: must be in [0, 1)")
     if (util := changes.get("gpu_memory_utilization")) is not None and not 0 < util <= 1:
         raise ConfigError(f"--gpu-memory-utilization {util}: must be in (0, 1]")
     if (policy := changes.get("scheduling_policy")) is not None and policy not in (
@@ -120,7 +137,17 @@ def check_changes(replay: Replay, changes: Mapping[str, Any]) -> None:
         raise ConfigError(f"--scheduling-policy {policy!r}: fcfs or priority")
 
 
-def replay_inputs(item: Any) -> dict[str, pl.DataFrame | None]:
+@dataclass(frozen=True)
+class ReplayFrames:
+    """What build_replay reads: client rows (or the log's), /metrics, stats and request lines."""
+
+    latencies: pl.DataFrame | None = None
+    metrics: pl.DataFrame | None = None
+    stats: pl.DataFrame | None = None
+    requests: pl.DataFrame | None = None
+
+
+def replay_inputs(item: Any) -> ReplayFrames:
     """build_replay's frames from a DeploymentInputs (logs, /metrics, client rows)."""
     from preemptscope.ingest.lifecycle import latencies_from_requests
 
@@ -134,12 +161,7 @@ def replay_inputs(item: Any) -> dict[str, pl.DataFrame | None]:
         derived = latencies_from_requests(requests)
         latencies = derived if derived.height else None
     metrics = item.metrics if item.metrics is not None and item.metrics.height else None
-    return {
-        "latencies": latencies,
-        "metrics": metrics,
-        "stats": frames("scheduler_stats"),
-        "requests": requests,
-    }
+    return ReplayFrames(latencies, metrics, frames("scheduler_stats"), requests)
 
 
 def candidate_config(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig:
@@ -304,11 +326,8 @@ def settings(
 
 def build_replay(
     capacity: Capacity,
+    frames: ReplayFrames,
     *,
-    latencies: pl.DataFrame | None,
-    metrics: pl.DataFrame | None,
-    stats: pl.DataFrame | None,
-    requests: pl.DataFrame | None,
     preemptions: int | None,
     base: SimConfig | None = None,
     current: Mapping[str, Any] | None = None,
@@ -317,6 +336,12 @@ def build_replay(
     seed: int = 0,
 ) -> Replay:
     """Everything a replay needs, from what one deployment's inputs show."""
+    latencies, metrics, stats, requests = (
+        frames.latencies,
+        frames.metrics,
+        frames.stats,
+        frames.requests,
+    )
     assumptions: list[str] = []
     config = settings(
         capacity, base or SimConfig(), current or {}, assumptions, presets_given=presets_given

@@ -49,10 +49,10 @@ def chat_traffic(
 
 
 def demo_traffic(*, seed: int = 0, duration: float = 600.0) -> Workload:
-    """Chat traffic: 0.3 req/s, a surge to 1.0 req/s from 30% to 70% of the run."""
+    """Chat traffic: 0.3 req/s, a surge to 1.1 req/s from 30% to 70% of the run."""
     if duration < 60:
         raise ConfigError(f"the demo needs at least 60 s of traffic, got {duration:g}")
-    surge = [(0.0, 0.3), (0.3 * duration, 1.0), (0.7 * duration, 0.3)]
+    surge = [(0.0, 0.3), (0.3 * duration, 1.1), (0.7 * duration, 0.3)]
     return chat_traffic(rate_schedule=surge, duration=duration, seed=seed)
 
 

@@ -41,6 +41,15 @@ DEFAULT_START = "2026-01-15T14:00:00+00:00"
 # max_num_seqs values the HTML report's what-if curve replays (plus each deployment's own):
 # around the A10G's knee (about 19 requests fit its KV cache at the mean length).
 WHATIF_SWEEP = (8, 16, 24, 32, 64)
+# The live service follows logs, and stock V1 logs carry no preemption count (the batch report
+# takes it from the /metrics snapshots, which the service can only scrape live): with the
+# default era its preemption row and scatter would stay empty.
+SERVE_ERA: writers.Era = "v1-preemptions"
+SERVE_ERA_NOTE = (
+    "--serve: logs written as vLLM 0.11.1 with PR #38452 (`Preemptions: N` in the stats line), "
+    "so the live page has preemption counts; stock V1 logs carry none: on a real deployment "
+    "give `serve` --scrape http://VLLM:8000/metrics too."
+)
 
 
 @dataclass(frozen=True)
@@ -126,9 +135,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--era",
         choices=writers.ERAS,
-        default="v1",
-        help="log format: v0 (preemption WARNING every 50th), v1 (no preemption lines), "
-        "v1-preemptions (`Preemptions: N` in stats)",
+        help="log format: v0 (preemption WARNING every 50th), v1 (no preemption lines; the "
+        "default), v1-preemptions (`Preemptions: N` in stats; the default with --serve)",
     )
     parser.add_argument("--duration", default="10m", help="simulated traffic (default 10m)")
     parser.add_argument("--window", default="60s", help="analysis window (default 60s)")
@@ -156,12 +164,15 @@ def run(args: argparse.Namespace) -> int:
     scenarios = demo_scenarios(seed=args.seed, duration=duration)
     if args.serve:  # a bad --port or PREEMPTSCOPE_* fails now, not after the whole demo
         check_serve([s.name for s in scenarios], out=out, port=args.port)
+    era = args.era or (SERVE_ERA if args.serve else "v1")
+    if args.serve and args.era is None:
+        err.print(SERVE_ERA_NOTE, soft_wrap=True, markup=False, highlight=False)
     artefacts = []
     for scenario in scenarios:
         result = simulate(scenario.workload, scenario.config)
         artefacts.append(
             write_artefacts(
-                result, name=scenario.name, out=out, era=args.era, start=start, window=window
+                result, name=scenario.name, out=out, era=era, start=start, window=window
             )
         )
     report = report_on(artefacts, window=window, year=start.year)

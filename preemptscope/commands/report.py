@@ -311,7 +311,7 @@ def whatif_sweeps(
             continue
         replay = build_replay(
             dep.capacity,
-            **replay_inputs(item),
+            replay_inputs(item),
             preemptions=dep.preemptions.total,
             base=base,
             presets_given=bool(model or gpu),

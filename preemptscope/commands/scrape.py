@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import math
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,9 +87,17 @@ def _stamp(moment: datetime) -> str:
 
 
 def _write_atomically(target: Path, data: bytes) -> None:
-    temporary = target.with_name(f".{target.name}.tmp")  # hidden: never read as a snapshot
-    temporary.write_bytes(data)
-    temporary.replace(target)
+    # Hidden (never read as a snapshot), created exclusively under an unpredictable name: a
+    # symlink planted at a guessable temporary name is never written through.
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(name, 0o644)
+        os.replace(name, target)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
 
 
 def scrape_to_file(

@@ -46,6 +46,7 @@ CHANGEABLE: dict[str, type] = {
     "max_model_len": int,
     "num_gpu_blocks_override": int,
     "scheduling_policy": str,
+    "watermark": float,
 }
 
 
@@ -165,7 +166,7 @@ def load_replay(args: argparse.Namespace) -> tuple[Replay, list[str]]:
         base = SimConfig(model=base.model, gpu=gpu_preset(args.gpu))
     replay = build_replay(
         report.capacity,
-        **replay_inputs(item),
+        replay_inputs(item),
         preemptions=report.preemptions.total,
         base=base,
         current=_parse_current(args.current),

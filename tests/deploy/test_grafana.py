@@ -202,7 +202,7 @@ def panel_expr(title: str, ref: str = "A") -> str:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
 def test_the_verdict_and_itl_queries_compute_what_the_panels_say(tmp_path: Path) -> None:
     """Evaluated by promtool on series labelled like two scraped replicas."""
-    target = 'job="preemptscope",namespace="llm",instance="10.0.0.{n}:9400",pod="chat-{n}"'
+    target = 'job="preemptscope",namespace="llm",instance="10.0.0.{n}:18700",pod="chat-{n}"'
     series = []
     for n, state in ((1, "over_capacity"), (2, "ok"), (3, "insufficient_data"), (4, "at_risk")):
         for candidate in VERDICT_STATES:
@@ -245,7 +245,7 @@ def test_the_verdict_and_itl_queries_compute_what_the_panels_say(tmp_path: Path)
                             {
                                 "labels": (
                                     f'{{namespace="llm",pod="chat-{n}",'
-                                    f'instance="10.0.0.{n}:9400",deployment="llm/chat-{n}"}}'
+                                    f'instance="10.0.0.{n}:18700",deployment="llm/chat-{n}"}}'
                                 ),
                                 "value": code,
                             }

@@ -154,7 +154,7 @@ def test_the_validators_reject_what_a_cluster_would() -> None:
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(deployment)
     del container["readOnlyRootFilesytem"]
-    container["ports"][0]["containerPort"] = "9400"
+    container["ports"][0]["containerPort"] = "18700"
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(deployment)
     monitor = yaml.safe_load((KUBE / "sidecar" / "podmonitor.yaml").read_text())
@@ -162,7 +162,7 @@ def test_the_validators_reject_what_a_cluster_would() -> None:
     monitor["spec"]["podMetricsEndpoints"][0]["scrapeInterval"] = "30s"
     with pytest.raises(AssertionError, match="scrapeInterval"):
         validate(monitor)
-    monitor["spec"]["podMetricsEndpoints"][0] = {"port": 9400}
+    monitor["spec"]["podMetricsEndpoints"][0] = {"port": 18700}
     with pytest.raises(jsonschema.ValidationError):
         validate(monitor)
 
@@ -272,7 +272,7 @@ def test_the_central_arguments_are_valid_serve_settings(tmp_path: Path) -> None:
     )
     config = serve_settings(expand(container["args"], config_map["data"]), tmp_path)
     assert getattr(config, "prometheus", None)
-    assert config.host == "0.0.0.0" and config.port == 9400
+    assert config.host == "0.0.0.0" and config.port == 18700
 
 
 @needs_kubectl
@@ -421,3 +421,38 @@ def test_services_and_monitors_point_at_ports_that_exist() -> None:
     # Narrowed to preemptscope's pods: an empty podSelector would cut off every pod here.
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
     assert {p["port"] for p in policy["spec"]["ingress"][0]["ports"]} <= ports
+
+
+WRITER = """
+import json, logging, logging.config, sys
+config = json.load(open(sys.argv[1]))
+config["handlers"]["file"]["filename"] = sys.argv[2]
+config["handlers"]["console"]["stream"] = "ext://sys.stderr"
+config["handlers"]["console"]["level"] = "ERROR"
+logging.config.dictConfig(config)
+log = logging.getLogger("vllm.v1.metrics.loggers")
+for i in range(int(sys.argv[3])):
+    log.info("Engine %03d: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0"
+             " tokens/s, Running: %d reqs, Waiting: 0 reqs, GPU KV cache usage: 50.0%%",
+             int(sys.argv[4]), i)
+"""
+
+
+def test_two_vllm_processes_share_the_log_file_without_losing_lines(tmp_path: Path) -> None:
+    """vLLM's API server and engine core both log: the file handler must take both whole."""
+    path = tmp_path / "vllm.log"
+    config = str(KUBE / "sidecar" / "vllm-logging.json")
+    count = 2000
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, config, str(path), str(count), str(n)])
+        for n in (0, 1)
+    ]
+    for writer in writers:
+        assert writer.wait(timeout=120) == 0
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 * count
+    frames = parse_lines(lines, source=str(path), deployment="llm/vllm-0")
+    assert frames.accounting.unrecognized_lines == 0
+    stats = frames["scheduler_stats"]
+    assert stats.height == 2 * count
+    assert sorted(stats["engine"].value_counts()["count"].to_list()) == [count, count]

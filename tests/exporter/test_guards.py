@@ -191,3 +191,26 @@ def test_docs_are_local_and_the_schema_describes_the_responses(tmp_path: Path) -
         # The models describe what is really sent (extra fields are refused).
         DeploymentList.model_validate(client.get("/api/deployments").json())
         DeploymentDetail.model_validate(client.get("/api/deployments/chat").json())
+
+
+def test_gzip_uploads_are_read_and_bombs_refused(tmp_path: Path) -> None:
+    import gzip
+
+    sample = (FIXTURES / "v0-over-capacity.log").read_bytes()
+    with running_service(
+        tmp_path / "state", "--log", f"{_log(tmp_path)}=chat", "--max-upload", "1MiB"
+    ) as live:
+        client = live.client()
+        plain = client.post("/api/report", files={"log": ("prod.log", sample)}).json()
+        packed = client.post("/api/report", files={"log": ("prod.log.gz", gzip.compress(sample))})
+        assert packed.status_code == 200, packed.text
+        body = packed.json()
+        assert body["deployments"][0]["verdict"] == plain["deployments"][0]["verdict"]
+        assert body["sources"][0]["path"] == "prod.log"  # the client's name, no temp path
+        # 64 MiB of zeros is 64 KiB gzipped: under --max-upload, far over 16x it inflated.
+        bomb = gzip.compress(b"\0" * (64 * 1024 * 1024), compresslevel=9)
+        assert len(bomb) < 1024 * 1024
+        refused = client.post("/api/report", files={"log": ("bomb.log.gz", bomb)})
+        assert refused.status_code == 413, refused.text
+        assert "once decompressed" in refused.json()["error"]["message"]
+        assert refused.json()["error"]["message"].startswith("bomb.log.gz: ")

@@ -126,7 +126,7 @@ def test_compose_file_is_complete_and_consistent() -> None:
     # The scrape target in prometheus.yml is the compose service.
     prom = yaml.safe_load((PROM / "prometheus.yml").read_text())
     job = next(j for j in prom["scrape_configs"] if j["job_name"] == "preemptscope")
-    assert job["static_configs"][0]["targets"] == ["preemptscope:8000"]
+    assert job["static_configs"][0]["targets"] == ["preemptscope:18700"]
     prom_mounts = services["prometheus"]["volumes"]
     assert "./dashboards/prometheus/rules.yml:/etc/prometheus/rules.yml:ro" in prom_mounts
 
@@ -135,5 +135,5 @@ def test_dockerfile_installs_the_package_and_runs_unprivileged() -> None:
     text = (ROOT / "Dockerfile").read_text()
     for folder in ("preemptscope", "ingest", "analysis", "exporter", "dashboards"):
         assert f"COPY {folder} ./{folder}" in text
-    assert "pip install ." in text and "USER preemptscope" in text
+    assert "pip install --no-deps --no-build-isolation ." in text and "USER preemptscope" in text
     assert 'ENTRYPOINT ["preemptscope"]' in text

@@ -82,9 +82,9 @@ def test_counter_deltas_resets_and_restarts(tmp_path: Path) -> None:
             wait_for(lambda: vllm.served >= served + 2)  # two scrapes saw the new value
             assert wait_for(lambda: total(live) == expected)
 
-        argv: tuple[str, ...] = ("--scrape", f"{vllm.url}=gpu0", "--scrape-interval", "0.3s")
+        argv: tuple[str, ...] = ("--scrape", f"{vllm.url}=gpu0", "--scrape-interval", "1s")
         # The timeout is a deadline for the whole scrape: room for a loaded test machine.
-        argv += ("--scrape-timeout", "0.3s")
+        argv += ("--scrape-timeout", "1s")
         vllm.set(100)  # preemptions before preemptscope started are not ours
         with running_service(state, *argv) as live:
             step(live, 100, 0)

@@ -1,0 +1,103 @@
+"""Calibration from the deployment's own data: the step-cost fit and the settings it trusts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import polars as pl
+import pytest
+from preemptscope.analysis.report import Capacity
+from preemptscope.analysis.sim.calibrate import fit, points_from_latencies
+from preemptscope.analysis.sim.config import FittedStepCost, SimConfig, reserves_full_isl
+from preemptscope.analysis.sim.engine import simulate
+from preemptscope.analysis.sim.observed import ReplayFrames, build_replay
+from preemptscope.analysis.sim.scenarios import chat_traffic
+from preemptscope.ingest.schema import REQUEST_LATENCIES
+
+from preemptscope.errors import ConfigError
+
+T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
+TRUE_COST = FittedStepCost(per_step_s=0.030, per_prefill_token_s=0.0003, per_decode_token_s=0.0008)
+
+
+def _client_rows(config: SimConfig, rate: float = 0.8) -> pl.DataFrame:
+    """A simulated deployment's client results, as a bench file would give them."""
+    wl = chat_traffic(rate=rate, duration=300, seed=4)
+    result = simulate(wl, config, record_tokens=False)
+    starts = [T0 + timedelta(seconds=float(a)) for a in wl.arrival]
+    e2e = result.finish - wl.arrival
+    ttft = result.first_token - wl.arrival
+    out = result.output_len
+    rows = {
+        "source": ["sim"] * len(wl),
+        "deployment": ["d"] * len(wl),
+        "request_id": [f"r{i}" for i in range(len(wl))],
+        "start": starts,
+        "e2e": e2e.tolist(),
+        "ttft": ttft.tolist(),
+        "tpot": ((e2e - ttft) / np.maximum(out - 1, 1)).tolist(),
+        "prompt_tokens": result.prompt_len.tolist(),
+        "output_tokens": out.tolist(),
+        "success": [True] * len(wl),
+        "origin": ["jsonl"] * len(wl),
+    }
+    return pl.DataFrame(rows, schema=REQUEST_LATENCIES)
+
+
+def test_the_fit_recovers_a_known_step_cost() -> None:
+    config = SimConfig(num_gpu_blocks_override=100_000, max_model_len=8192, step_cost=TRUE_COST)
+    points = points_from_latencies(_client_rows(config))
+    assert points is not None
+    fitted = fit(points)
+    assert fitted is not None
+    assert fitted.per_step_s == pytest.approx(TRUE_COST.per_step_s, rel=0.15)
+    assert fitted.per_decode_token_s == pytest.approx(TRUE_COST.per_decode_token_s, rel=0.25)
+    assert fitted.per_prefill_token_s == pytest.approx(TRUE_COST.per_prefill_token_s, rel=0.35)
+    assert fitted.rel_error is not None and fitted.rel_error < 0.1
+
+
+def test_settings_come_from_the_data_and_presets_are_said() -> None:
+    config = SimConfig(num_gpu_blocks_override=2000, max_model_len=8192, step_cost=TRUE_COST)
+    rows = _client_rows(config)
+    seen = Capacity(
+        num_gpu_blocks=2000,
+        block_size=16,
+        max_num_seqs=64,
+        max_num_batched_tokens=4096,
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+        vllm_version="0.11.0",
+    )
+    replay = build_replay(
+        seen, ReplayFrames(latencies=rows), preemptions=None, current={"max_num_seqs": 8}
+    )
+    assert replay.config.max_num_seqs == 64  # the data wins over --current
+    assert any("--current max_num_seqs=8 ignored" in a for a in replay.assumptions)
+    assert replay.config.num_gpu_blocks_override == 2000
+    assert replay.config.scheduler_reserve_full_isl is False  # 0.11 admits a first chunk
+    assert replay.config.step_cost is not None  # fitted, not the roofline preset
+    assert any("GPU memory not shown" in a for a in replay.assumptions)
+    # Nothing observed about KV: the preset's estimate, said in plain words.
+    bare = build_replay(Capacity(), ReplayFrames(latencies=rows), preemptions=None)
+    assert any(a.startswith("KV cache not shown") for a in bare.assumptions)
+    assert any(a.startswith("max_num_seqs not shown") for a in bare.assumptions)
+
+
+def test_no_request_data_means_nothing_to_replay() -> None:
+    replay = build_replay(Capacity(num_gpu_blocks=2000, block_size=16), ReplayFrames(),
+                          preemptions=3)  # fmt: skip
+    assert not replay.replayable
+    with pytest.raises(ConfigError):
+        replay.run()
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("0.11.0", False), ("0.18.1", False), ("0.19.0", True), ("v0.33.0", True),
+     ("0.10.1rc1", False), (None, None), ("dev", None)],
+)  # fmt: skip
+def test_whole_prompt_admission_follows_the_logged_version(
+    version: str | None, expected: bool | None
+) -> None:
+    assert reserves_full_isl(version) is expected

@@ -1,0 +1,72 @@
+"""Fidelity against vLLM's real V1 scheduler, without vLLM: recorded runs replayed by the CLI.
+
+tests/fixtures/parity/WORKLOAD/sK-*/ holds runs of vLLM 0.33.0's own Scheduler, KV manager and
+block pool (bench/parity/harness.py): client rows, per-step records, startup log lines and two
+/metrics scrapes, plus the run's true totals (run.json). s0 is the observed run; every other run
+is predicted from it with `preemptscope whatif` alone and must land within issue 11's targets.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from preemptscope.cli import main
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "parity"
+FLAGS = {
+    "max_num_seqs": "--max-num-seqs",
+    "num_blocks": "--num-gpu-blocks-override",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+}
+
+
+def _cases() -> list[tuple[Path, Path]]:
+    out = []
+    for workload in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
+        runs = sorted(p for p in workload.iterdir() if (p / "run.json").exists())
+        out += [(runs[0], run) for run in runs]
+    return out
+
+
+def _meta(run: Path) -> dict[str, Any]:
+    meta: dict[str, Any] = json.loads((run / "run.json").read_text())
+    return meta
+
+
+@pytest.mark.parametrize(
+    ("observed", "target"), _cases(), ids=lambda p: f"{p.parent.name}/{p.name.split('-')[0]}"
+)
+def test_real_scheduler_runs_are_predicted_within_targets(
+    observed: Path, target: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, want = _meta(observed)["setting"], _meta(target)
+    argv = ["whatif", "--log", str(observed / "vllm.log"), "--metrics", str(observed / "metrics")]
+    argv += ["--bench", str(observed / "requests.jsonl"), "--json"]
+    changes = [
+        (FLAGS[k], str(v)) for k, v in want["setting"].items() if k in FLAGS and v != base[k]
+    ]
+    for flag, value in changes or [("--max-num-seqs", str(base["max_num_seqs"]))]:
+        argv += [flag, value]
+    assert main(argv) == 0
+    body = json.loads(capsys.readouterr().out)
+    pred, real = body["whatif"]["candidate"], want["truth"]
+    assert body["observed"]["preemptions"] == _meta(observed)["truth"]["preemptions"]
+    assert pred["output_throughput"] == pytest.approx(real["output_throughput"], rel=0.10)
+    assert pred["e2e_p99"] == pytest.approx(real["e2e_p99"], rel=0.15)
+    assert abs(pred["preemptions"] - real["preemptions"]) <= max(2, 0.2 * real["preemptions"])
+
+
+def test_the_recorded_runs_are_what_they_claim() -> None:
+    """The fixtures are consistent: per-request preemptions add up to the /metrics counter."""
+    for _, run in _cases():
+        rows = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+        truth = _meta(run)["truth"]
+        assert sum(r["num_preemptions"] for r in rows) == truth["preemptions"]
+        assert len(rows) == truth["requests"]
+        last = sorted((run / "metrics").iterdir())[-1].read_text()
+        assert f"}} {float(truth['preemptions'])}\n" in last
+        assert "vLLM API server version 0.33.0" in (run / "vllm.log").read_text()
