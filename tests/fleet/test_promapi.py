@@ -6,7 +6,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,7 +53,7 @@ def reply(request: BaseHTTPRequestHandler, status: int, body: bytes, **headers: 
     request.wfile.write(body)
 
 
-def matrix(result: list[dict[str, object]]) -> bytes:
+def matrix(result: Sequence[object]) -> bytes:
     return json.dumps(
         {"status": "success", "data": {"resultType": "matrix", "result": result}}
     ).encode()
