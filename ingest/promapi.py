@@ -225,10 +225,9 @@ class PromClient:
             densest = int(counts.max()) if len(counts) else 0  # type: ignore[arg-type]
             span = upper - lo
             lo = upper
-            if densest:
-                chunk = max(MIN_CHUNK_S, span * POINTS_PER_SERIES * 0.9 / densest)
-            else:
-                chunk = min(chunk * 4, 7 * 86400.0)
+            # Grow at most 4x a step: a server that started late is sparse only at first.
+            target = span * POINTS_PER_SERIES * 0.9 / densest if densest else span * 4
+            chunk = min(max(MIN_CHUNK_S, target), span * 4, 7 * 86400.0)
 
     def _raw_chunk(self, selector: str, lo: float, hi: float) -> RawSamples:
         span_ms = max(1, math.ceil((hi - lo) * 1000))
