@@ -1,11 +1,13 @@
-"""Benchmark `preemptscope parse` against `rg -c`, `grep -c` and a plain Python `re` loop.
+"""Benchmark `preemptscope report --json` against `parse --json` and a DuckDB one-liner.
 
-All contenders read the same generated file (bench/gen_logs.py) in one run; each runs in its
-own process, measured with wait4(): wall time, CPU time (user + sys) and peak RSS. Timings on
-a shared machine are noisy, so read the ratios and the CPU-time columns; nothing here is a
-test. Usage:
+What users run is `report` (the verdict); `parse --json` is the floor of reading the file;
+the DuckDB query is what a user could write in a minute (`regexp_extract` of the stats
+fields and a count of preemption lines over `read_csv` of the lines). All three read the same
+generated file (bench/gen_logs.py) in one run, each in its own process, measured with
+wait4(): wall time, CPU time (user + sys) and peak RSS. Timings on a shared machine are
+noisy: read the ratios. Nothing here is a test. Usage:
 
-    python bench/bench_parse.py --size-mb 1024 [--rss-sizes 256,1024,4096] [--repeat 3]
+    python bench/bench_parse.py --size-mb 1024 [--rss-sizes 256,1024] [--repeat 1]
 
 Generated files go to bench/data/ (gitignored) and are deleted afterwards unless --keep.
 """
@@ -15,8 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 import time
@@ -25,71 +25,32 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
-PHRASE = "is preempted by"
 
-# The same extraction as `parse --json`, written the obvious way: one `re` pass per line.
-RE_STATS = re.compile(
-    r"(?:Engine (?P<eng>\d+): )?Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, Avg generation "
-    r"throughput: (?P<gt>[\d.]+) tokens/s, Running: (?P<run>\d+) reqs, (?:Swapped: (?P<sw>\d+) "
-    r"reqs, Pending: (?P<pend>\d+) reqs|Waiting: (?P<wait>\d+) reqs)[^\n]*?(?P<dev>[A-Z]+) KV "
-    r"cache usage: (?P<kv>[\d.]+)%"
+# The DuckDB one-liner: the stats fields of every stats line, and the preemption lines.
+DUCKDB_QUERY = r"""
+WITH lines AS (
+  SELECT line FROM read_csv(?, columns={'line': 'VARCHAR'}, delim=chr(1), quote='',
+                            escape='', header=false, auto_detect=false, strict_mode=false)
 )
-RE_PREEMPT = re.compile(
-    r"Sequence group (?P<rid>\S+) is preempted by PreemptionMode\.(?P<mode>RECOMPUTE|SWAP) mode"
-    r".*?total_num_cumulative_preemption=(?P<n>\d+)"
-)
-RE_HEADER = re.compile(
-    r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mon>\d\d)-(?P<day>\d\d) "
-    r"(?P<t>\d\d:\d\d:\d\d) \[?(?P<file>[^\]\s:]+):(?P<line>\d+)\] (?P<msg>.*)"
-)
-RE_ACCESS = re.compile(
-    r"INFO:\s+(?P<client>\S+) - \"(?P<method>\S+) (?P<path>\S+) HTTP/(?P<ver>[\d.]+)\" "
-    r"(?P<status>\d{3})"
-)
-RE_REQUEST = re.compile(r"(?:Received|Added|Finished|Aborted) request (?P<rid>[^\s:]+)")
+SELECT
+  count(*) FILTER (WHERE line LIKE '%is preempted by%') AS preemptions,
+  count(*) FILTER (WHERE line LIKE '%Avg prompt throughput%') AS stats,
+  max(TRY_CAST(regexp_extract(line, 'Running: (\d+) reqs', 1) AS INT)) AS max_running,
+  max(TRY_CAST(regexp_extract(line, '(?:Waiting|Pending): (\d+) reqs', 1) AS INT)) AS max_waiting,
+  max(TRY_CAST(regexp_extract(line, 'KV cache usage: ([\d.]+)%', 1) AS DOUBLE)) AS max_kv
+FROM lines WHERE line LIKE '%Avg prompt throughput%' OR line LIKE '%is preempted by%'
+"""
 
 
-def re_loop(path: str) -> dict[str, object]:
-    """Classify every line and extract its fields with the standard library."""
-    counts = {"stats": 0, "preempt": 0, "access": 0, "request": 0, "other": 0, "unrec": 0}
-    last_stats: tuple[str | None, ...] | None = None
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            header = RE_HEADER.search(line)
-            message = header.group("msg") if header else line
-            stats = RE_STATS.search(message)
-            if stats:
-                counts["stats"] += 1
-                last_stats = stats.groups()
-                continue
-            preempt = RE_PREEMPT.search(message)
-            if preempt:
-                counts["preempt"] += 1
-                preempt.groups()
-                continue
-            access = RE_ACCESS.search(line)
-            if access:
-                counts["access"] += 1
-                access.groups()
-                continue
-            request = RE_REQUEST.search(message)
-            if request:
-                counts["request"] += 1
-                request.groups()
-                continue
-            counts["other" if header else "unrec"] += 1
-    return {"counts": counts, "last_stats": last_stats}
+def duckdb_query(path: str) -> dict[str, object]:
+    import duckdb
 
-
-def frames_full(path: str) -> dict[str, int]:
-    """Every frame materialised (what `parse --out` and the analyzer use)."""
-    from preemptscope.ingest.logs import iter_parse_path
-
-    rows: dict[str, int] = {}
-    for frames in iter_parse_path(path):
-        for kind, count in frames.record_counts().items():
-            rows[kind] = rows.get(kind, 0) + count
-    return rows
+    con = duckdb.connect()
+    con.execute("SET threads TO 2")
+    row = con.execute(DUCKDB_QUERY, [path]).fetchone()
+    assert row is not None
+    names = ("preemptions", "stats", "max_running", "max_waiting", "max_kv")
+    return dict(zip(names, row, strict=True))
 
 
 @dataclass
@@ -138,75 +99,77 @@ def _file(size_mb: int) -> Path:
     return path
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="preemptscope parse benchmark")
-    parser.add_argument("--size-mb", type=int, default=1024)
-    parser.add_argument("--rss-sizes", default="", help="comma list of sizes for the RSS check")
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--skip-re", action="store_true", help="skip the (slow) re loop")
-    parser.add_argument("--keep", action="store_true", help="keep generated files")
-    parser.add_argument("--inner", choices=["re", "full"], help=argparse.SUPPRESS)
-    parser.add_argument("--path", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.inner:
-        if args.inner == "re":
-            print(json.dumps(re_loop(args.path)))
-        else:
-            print(json.dumps(frames_full(args.path)))
-        return
-
-    path = _file(args.size_mb)
-    size_mb = path.stat().st_size / 1e6
+def _contenders(path: Path) -> list[tuple[str, list[str]]]:
     py = sys.executable
-    runs = []
-    rg = shutil.which("rg")
-    if rg:
-        runs.append(measure("rg -c", [rg, "-c", PHRASE, str(path)], args.repeat))
-    runs.append(measure("grep -c", ["grep", "-c", PHRASE, str(path)], args.repeat))
-    parse_argv = [py, "-m", "preemptscope", "parse", str(path), "--json", "--quiet"]
-    runs.append(measure("preemptscope parse --json", parse_argv, args.repeat))
-    one_thread = {**os.environ, "POLARS_MAX_THREADS": "1"}
-    start = time.perf_counter()
-    single = subprocess.run(parse_argv, capture_output=True, env=one_thread, check=True)
-    single_wall = time.perf_counter() - start
-    del single
-    full_argv = [py, str(Path(__file__)), "--inner", "full", "--path", str(path)]
-    runs.append(measure("all frames materialised", full_argv, 1))
-    if not args.skip_re:
-        re_argv = [py, str(Path(__file__)), "--inner", "re", "--path", str(path)]
-        runs.append(measure("python re loop", re_argv, 1))
+    here = str(Path(__file__))
+    return [
+        ("preemptscope report --json", [py, "-m", "preemptscope", "report", str(path), "--json"]),
+        (
+            "preemptscope parse --json",
+            [py, "-m", "preemptscope", "parse", str(path), "--json", "--quiet"],
+        ),
+        ("DuckDB regexp_extract", [py, here, "--inner", "duckdb", "--path", str(path)]),
+    ]
 
-    summary = json.loads(runs[[r.name for r in runs].index("preemptscope parse --json")].output)
-    base = runs[0]
-    print(f"file: {path.name}, {size_mb:.0f} MB, {summary['lines']} lines, cpus={os.cpu_count()}")
-    print("| contender | wall s | MB/s | CPU s | peak RSS MB | x rg/grep wall |")
+
+def _table(path: Path, repeat: int) -> list[Run]:
+    size_mb = path.stat().st_size / 1e6
+    runs = [measure(name, argv, repeat) for name, argv in _contenders(path)]
+    parse = runs[1]
+    print(f"\nfile: {path.name}, {size_mb:.0f} MB, cpus={os.cpu_count()}")
+    print("| contender | wall s | MB/s | CPU s | peak RSS MB | x parse --json |")
     print("|---|---|---|---|---|---|")
     for run in runs:
         print(
             f"| {run.name} | {run.wall_s:.2f} | {size_mb / run.wall_s:.0f} | {run.cpu_s:.2f} | "
-            f"{run.peak_rss_mb:.0f} | {run.wall_s / base.wall_s:.1f} |"
+            f"{run.peak_rss_mb:.0f} | {run.wall_s / parse.wall_s:.2f} |"
         )
-    print(f"(parse --json with POLARS_MAX_THREADS=1: {single_wall:.2f} s)")
-    if not args.skip_re:
-        ours = runs[[r.name for r in runs].index("preemptscope parse --json")]
-        reloop = runs[-1]
-        print(f"re loop / parse --json wall: {reloop.wall_s / ours.wall_s:.1f}x")
-    print(
-        "preemption lines: rg/grep", base.output, "parse", summary["records"]["preemption_warning"]
-    )
+    report, duck = runs[0], runs[2]
+    print(f"report / DuckDB wall: {report.wall_s / duck.wall_s:.2f}x")
+    print("DuckDB:", duck.output[:300])
+    return runs
 
-    for size in [int(s) for s in args.rss_sizes.split(",") if s]:
-        sized = _file(size)
-        run = measure(
-            f"parse --json {size} MB",
-            [py, "-m", "preemptscope", "parse", str(sized), "--json", "--quiet"],
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="preemptscope report/parse benchmark")
+    parser.add_argument("--size-mb", default="100,1024", help="comma list of file sizes (MB)")
+    parser.add_argument("--rss-sizes", default="", help="comma list of sizes for the RSS check")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep generated files")
+    parser.add_argument("--inner", choices=["duckdb"], help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        print(json.dumps(duckdb_query(args.path)))
+        return
+    made: list[Path] = []
+    results = []
+    for size in [int(s) for s in args.size_mb.split(",") if s]:
+        path = _file(size)
+        made.append(path)
+        results.extend(asdict(r) | {"output": r.output[:200]} for r in _table(path, args.repeat))
+    py = sys.executable
+    rss_sizes = [int(s) for s in args.rss_sizes.split(",") if s]
+    if rss_sizes:
+        print(
+            "\n| log size | report wall s | report peak RSS MB | parse wall s | parse peak RSS MB |"
         )
-        print(f"| {size} MB | wall {run.wall_s:.2f} s | peak RSS {run.peak_rss_mb:.0f} MB |")
-        if not args.keep and sized != path:
-            sized.unlink()
-    print(json.dumps([asdict(r) | {"output": r.output[:200]} for r in runs]))
+        print("|---|---|---|---|---|")
+    for size in rss_sizes:
+        sized = _file(size)
+        made.append(sized)
+        report = measure("report", [py, "-m", "preemptscope", "report", str(sized), "--json"])
+        parse = measure(
+            "parse", [py, "-m", "preemptscope", "parse", str(sized), "--json", "--quiet"]
+        )
+        print(
+            f"| {size} MB | {report.wall_s:.2f} | {report.peak_rss_mb:.0f} | {parse.wall_s:.2f}"
+            f" | {parse.peak_rss_mb:.0f} |"
+        )
+    print(json.dumps(results))
     if not args.keep:
-        path.unlink()
+        for path in set(made):
+            path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

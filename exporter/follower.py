@@ -27,12 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from preemptscope.ingest._reader import ReadLimits
+
 LOG = logging.getLogger("preemptscope.exporter.follower")
 
 FINGERPRINT_BYTES = 1024
 READ_CHUNK = 1 << 20
 MAX_READ_PER_POLL = 16 << 20  # keep one busy file from starving the others
-MAX_LINE_BYTES = 1 << 20  # a "line" longer than this is cut, so memory stays bounded
+# A "line" longer than this is cut, so memory stays bounded (PREEMPTSCOPE_MAX_LINE_BYTES).
+MAX_LINE_BYTES = ReadLimits.from_env().max_line_bytes
 LOST_GRACE_S = 10.0  # how long a truncated file's copy may take to appear
 FINISHED_KEPT = 10_000  # a safety cap; entries normally expire by age
 # File timestamps come from the kernel's coarse clock (a jiffy behind time.time()), and some
@@ -120,6 +123,8 @@ class Chunk:
     first_line: int  # 1-based physical line number of lines[0] in that incarnation
     incarnation: str  # "dev:inode:fingerprint-of-first-bytes" at open; new value = new file
     new_incarnation: bool  # True for the first chunk of a file (reset any parser state)
+    # line number -> real length of a line cut at MAX_LINE_BYTES (its text is the first bytes)
+    cut: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -137,6 +142,9 @@ class _Tracked:
     quiet_since: float = field(default_factory=time.monotonic)
     started: bool = False  # a chunk has been emitted for this incarnation
     key: str = ""
+    # Inside a line cut at MAX_LINE_BYTES: its rest is read past until the newline, so none
+    # of it is read as lines of its own (a prompt's tail would otherwise start a "record").
+    skipping: bool = False
 
     @property
     def committed(self) -> int:
@@ -662,27 +670,41 @@ class FileFollower:
     def _consume(self, tracked: _Tracked, raw: bytes, end: int, *, own: bool) -> None:
         if own and len(tracked.head) == tracked.offset < FINGERPRINT_BYTES:
             tracked.head += raw[: FINGERPRINT_BYTES - len(tracked.head)]
-        data = tracked.partial + raw
         tracked.offset = end
+        if tracked.skipping:
+            newline = raw.find(b"\n")
+            if newline < 0:
+                return
+            tracked.skipping = False
+            raw = raw[newline + 1 :]
+        data = tracked.partial + raw
         pieces = data.split(b"\n")
         tracked.partial = pieces.pop()
+        cut: dict[int, int] = {}
         if len(tracked.partial) > MAX_LINE_BYTES:
-            pieces.append(tracked.partial)
+            # Cut: the first MAX_LINE_BYTES stand for the line (unrecognised with the length
+            # seen so far), the rest is skipped up to its newline.
+            cut[tracked.line + len(pieces) + 1] = len(tracked.partial)
+            pieces.append(tracked.partial[:MAX_LINE_BYTES])
             tracked.partial = b""
+            tracked.skipping = True
         if tracked.fp_len < FINGERPRINT_BYTES:
             self._grow_fingerprint(tracked)
             if not tracked.started:
                 tracked.key = self._key(tracked)
         if pieces:
-            self._emit(tracked, pieces)
+            self._emit(tracked, pieces, cut)
 
-    def _emit(self, tracked: _Tracked, pieces: list[bytes]) -> None:
+    def _emit(
+        self, tracked: _Tracked, pieces: list[bytes], cut: dict[int, int] | None = None
+    ) -> None:
         lines = [piece.decode("utf-8", errors="replace") for piece in pieces]
         chunk = Chunk(
             lines=lines,
             first_line=tracked.line + 1,
             incarnation=tracked.key or self._key(tracked),
             new_incarnation=not tracked.started,
+            cut=cut or {},
         )
         tracked.started = True
         tracked.line += len(lines)

@@ -242,6 +242,7 @@ class Service:
             options=self._parse_options(),
             state=state,
             final=False,
+            cut_lengths=chunk.cut,
         )
         self.live.add_log_batch(frames)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +22,26 @@ from preemptscope.ingest import catalogue as cat
 
 _FLAGS = regex.VERSION0
 
-ENVELOPE_RE = regex.compile(cat.ENVELOPE, _FLAGS)
-UVICORN_RE = regex.compile(cat.UVICORN, _FLAGS)
+# Linear time, whatever the line: no pattern here has a lazy run before another run or a
+# quantified group inside a quantified group; the envelope is found in steps (a wrapper at the
+# start, the first vLLM header by search, the process prefix by walking back from ` pid=`).
 ANSI_RE = regex.compile(cat.ANSI, _FLAGS)
-PREFIX_RE = regex.compile(
-    rf"^(?:{cat.WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{cat.PROCESS}|{cat.RANK})", _FLAGS
-)
+# Whether ANSI_RE can match at all (stdlib `re` scans for a literal start in C): `[[[[...`
+# lines skip the substitution, which tries every bracket.
+_ANSI_PROBE_RE = re.compile(r"#033\[|\^\[|\[[0-9]")
 WRAPPER_RE = regex.compile(rf"^{cat.WRAPPER_TS}", _FLAGS)
+TIMESTAMP_RE = regex.compile(cat.TIMESTAMP, _FLAGS)
+# The header from its timestamp on (the level in front is checked by hand): searching the
+# whole header costs its optional level group at every character of a long line.
+_HEADER_AT_RE = regex.compile(cat.HEADER[cat.HEADER.index("(?P<mon>") :], _FLAGS)
+HEADER_CORE_RE = regex.compile(cat.HEADER_CORE, _FLAGS)
+UVICORN_LEVEL_RE = regex.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+", _FLAGS)
+# After ` pid=`: the rest of a process prefix, then text without parentheses up to the header.
+_PID_TAIL_RE = regex.compile(r" pid=(?P<pid>\d{1,20})(?:, ip=[^)\n]{0,100})?\)", _FLAGS)
+_NO_PARENS_RE = regex.compile(r"[^()\n]*\Z", _FLAGS)
+_RANK_RE = regex.compile(r"\[(?P<rank>rank\d{1,9})\]: ?", _FLAGS)
+_NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_NAME_MAX = 200
 ELIDED_RE = regex.compile(cat.ELIDED_ENVELOPE, _FLAGS)
 SYSLOG_RE = regex.compile(cat.SYSLOG, _FLAGS)
 COMPOSE_RE = regex.compile(rf"^(?:{cat.WRAPPER_TS})?(?P<compose>{cat.COMPOSE})", _FLAGS)
@@ -36,18 +50,17 @@ PLAIN_RES = [regex.compile(pattern, _FLAGS) for _name, pattern in cat.PLAIN_LINE
 FRAME_RE = regex.compile(cat.TRACEBACK_FRAME, _FLAGS)
 RAY_REPEAT_RE = regex.compile(cat.RAY_REPEAT, _FLAGS)
 RAY_TOO_MANY = f"Ray repeat count above {cat.RAY_REPEAT_MAX}"
-SPLIT_RE = regex.compile(
-    r"(?:\((?:[A-Za-z_][^()\n]*?(?:\([^()\n]*\)[^()\n]*?)?),? pid=\d+(?:, ip=[^)\n]*)?\) ?)?"
-    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )?" + cat.HEADER_CORE,
+# A line that starts with a process prefix but has no header (a worker's print, a traceback).
+_PROCESS_AT_RE = regex.compile(
+    r"(?:\((?P<proc>[A-Za-z_][^()\n]{0,200}?(?:\([^()\n]{0,60}\)[^()\n]{0,60}?)?),?"
+    r" pid=(?P<pid>\d{1,20})(?:, ip=[^)\n]{0,100})?\) ?|\[(?P<rank>rank\d{1,9})\]: ?)",
     _FLAGS,
 )
-FOREIGN_RES = [
-    (
-        env,
-        regex.compile(rf"^(?:{cat.WRAPPER_TS})?(?:[^\n]*?)(?:{cat.PROCESS})?{env.pattern}", _FLAGS),
-    )
-    for env in cat.FOREIGN_ENVELOPES
-]
+FOREIGN_RES = [(env, regex.compile(env.pattern, _FLAGS)) for env in cat.FOREIGN_ENVELOPES]
+# How much of a line the per-line path reads: records are short; a config payload or a prompt
+# beyond this is data nobody needs to parse (and no line costs more than this much work).
+RECORD_BUDGET = 64 * 1024
+STATS_BUDGET = 4096  # a stats record is a few hundred bytes; its fields come first
 ROW_RES = [
     (row, regex.compile(row.pattern, _FLAGS))
     for row in cat.ALL_ROWS
@@ -57,7 +70,6 @@ ACCESS_RE = regex.compile(cat.ACCESS_ROW.pattern, _FLAGS)
 STATS_START_RE = regex.compile(cat.STATS_RECORD_START, _FLAGS)
 STATS_FIELD_RES = [(name, regex.compile(pattern, _FLAGS)) for name, pattern in cat.STATS_FIELDS]
 STATS_KNOWN_RE = regex.compile(cat.STATS_KNOWN_FIELDS, _FLAGS)
-_COMMAS_RE = regex.compile(r"(?:\s*,\s*)+", _FLAGS)
 KIND_LITERALS = tuple({row.literal for row in cat.ALL_ROWS if row.kind != "access"})
 TERMINAL = tuple(_reader.TERMINAL)
 # A hard-wrapped record is only joined when the first part is at least this long.
@@ -122,6 +134,18 @@ def _fraction(percent: str | None) -> float | None:
     return None if value is None else value * 0.01
 
 
+def _commas(text: str) -> str:
+    """Runs of commas and the whitespace around them as one `, ` (the vectorised path's
+    `(?:\\s*,\\s*)+` replace, without a regex that backtracks on long whitespace runs)."""
+    if "," not in text:
+        return text
+    pieces = text.split(",")
+    kept = [piece.strip() if 0 < i < len(pieces) - 1 else piece for i, piece in enumerate(pieces)]
+    first, last = kept[0].rstrip(), kept[-1].lstrip()
+    middle = [piece for piece in kept[1:-1] if piece]
+    return ", ".join([first, *middle, last]) if len(pieces) > 1 else text
+
+
 def stats_fields(message: str) -> dict[str, Any]:
     """Known fields of one stats record (fractions for percentages); the rest kept as `extra`."""
     found: dict[str, str | None] = {}
@@ -137,7 +161,7 @@ def stats_fields(message: str) -> dict[str, Any]:
     gpu = _fraction(found["gpu_kv_cache_usage"])
     cpu = _fraction(found["cpu_kv_cache_usage"]) if era == "v0" else None
     # Same steps as the vectorised path in logs.py, so both give the same `extra`.
-    rest = _COMMAS_RE.sub(", ", STATS_KNOWN_RE.sub("", message)).strip(" ,.")
+    rest = _commas(STATS_KNOWN_RE.sub("", message)).strip(" ,.")
     extra = rest or None
     generation = _num(found["generation_throughput"])
     if generation is None:
@@ -189,8 +213,11 @@ def stats_complete(fields: dict[str, Any]) -> bool:
     return all(fields[k] is not None for k in ("running", "waiting", "gpu_kv_cache_usage"))
 
 
+# `\b`: a key is tried once per word, not at every letter of it; quoted values are bounded,
+# so an unclosed quote costs 4 KiB, not the rest of the line, per key.
 _PAIR_RE = regex.compile(
-    r"(?P<key>[A-Za-z_][\w]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|[^,\s)]+)"
+    r"\b(?P<key>[A-Za-z_]\w{0,80})="
+    r"(?P<value>'(?:[^'\\]|\\.){0,4096}'|\"(?:[^\"\\]|\\.){0,4096}\"|\[[^\]]{0,4096}\]|[^,\s)]{1,4096})"
 )
 
 
@@ -232,38 +259,114 @@ def _base(env: Env) -> dict[str, Any]:
     }
 
 
+def _process_name(pre: str, at: int) -> tuple[str, int] | None:
+    """(name, start) of the process prefix whose ` pid=` is at `at` (one level of nested
+    parentheses allowed, as in `(Llumlet(iid=1) pid=9)`), or None when it is not one."""
+    end = at - 1 if at > 0 and pre[at - 1] == "," else at
+    depth = 0
+    index = at - 1
+    low = max(-1, at - _NAME_MAX)
+    while index > low:
+        char = pre[index]
+        if char == "\n":
+            return None
+        if char == ")":
+            depth += 1
+            if depth > 1:
+                return None
+        elif char == "(":
+            if depth == 0:
+                break
+            depth -= 1
+        index -= 1
+    if index == -1 and depth == 0:
+        start = 0  # the leading `(` lost in a paste
+    elif index > low and pre[index] == "(":
+        start = index + 1
+    else:
+        return None
+    name = pre[start:end]
+    if not name or name[0] not in _NAME_START or depth:
+        return None
+    return name, max(0, start - 1)
+
+
+def _process_before(pre: str) -> tuple[str | None, int | None]:
+    """The last process prefix (or `[rankN]:`) in the text in front of a message."""
+    at = pre.rfind(" pid=")
+    if at >= 0:
+        tail = _PID_TAIL_RE.match(pre, at)
+        if tail is not None and _NO_PARENS_RE.match(pre, tail.end()) is not None:
+            named = _process_name(pre, at)
+            if named is not None:
+                return named[0].strip(), _int(tail.group("pid"))
+    at = pre.rfind("[rank")
+    if at >= 0:
+        rank = _RANK_RE.match(pre, at)
+        if rank is not None:
+            return rank.group("rank"), None
+    return None, None
+
+
+def _find_header(text: str, pos: int) -> tuple[int, str | None, regex.Match[str]] | None:
+    """The first vLLM header at or after `pos`: (start, level or None, match from the
+    timestamp on)."""
+    while True:
+        stamp = TIMESTAMP_RE.search(text, pos)
+        if stamp is None:
+            return None
+        at = stamp.start()
+        match = _HEADER_AT_RE.match(text, at)
+        if match is not None:
+            for level in cat.LEVELS:
+                if text.endswith(level + " ", pos, at):
+                    return at - len(level) - 1, level, match
+            return at, None, match
+        pos = at + 1
+
+
 def _envelope(text: str) -> tuple[Env, str]:
     """Find the envelope; return it and the message (the whole text when there is none)."""
-    match = ENVELOPE_RE.match(text)
-    if match is not None:
-        proc = match.group("proc") or match.group("rank")
+    text = text[:RECORD_BUDGET]
+    wrapper = WRAPPER_RE.match(text)
+    wts = wrapper.group("wts") if wrapper is not None else None
+    begin = wrapper.end() if wrapper is not None else 0
+    # Every envelope but a bare process prefix has a colon (a time, `LEVEL:`).
+    colon = ":" in text
+    found = _find_header(text, begin) if colon else None
+    if found is not None:
+        start, level, match = found
+        proc, pid = _process_before(text[begin:start])
         return (
             Env(
-                process=proc.strip() if proc else None,
-                pid=_int(match.group("pid")),
-                level=match.group("level"),
+                process=proc,
+                pid=pid,
+                level=level,
                 mon=match.group("mon"),
                 day=match.group("day"),
                 hms=match.group("hms"),
-                wts=match.group("wts"),
+                wts=wts,
                 file=match.group("file"),
                 lineno=_int(match.group("lineno")),
                 known=True,
             ),
             text[match.end() :],
         )
-    for _env, pattern in FOREIGN_RES:
-        match = pattern.match(text)
+    for _env, pattern in FOREIGN_RES if colon else ():
+        # From the line start: a foreign timestamp may be what looked like a wrapper's.
+        match = pattern.search(text)
         if match is not None:
             groups = match.groupdict()
+            inside = match.start() < begin
+            proc, pid = _process_before(text[0 if inside else begin : match.start()])
             ts = groups.get("ts")
             level = groups.get("level")
             return (
                 Env(
-                    process=groups.get("proc"),
-                    pid=_int(groups.get("pid")),
+                    process=proc,
+                    pid=pid,
                     level={"WARN": "WARNING", "TRACE": "DEBUG"}.get(level or "", level),
-                    wts=groups.get("wts") or (ts if ts and ts.endswith("Z") else None),
+                    wts=(None if inside else wts) or (ts if ts and ts.endswith("Z") else None),
                     ats=ts if ts and not ts.endswith("Z") else None,
                     file=groups.get("file") or groups.get("logger"),
                     lineno=_int(groups.get("lineno")),
@@ -271,14 +374,15 @@ def _envelope(text: str) -> tuple[Env, str]:
                 ),
                 groups.get("msg") or "",
             )
-    match = UVICORN_RE.match(text)
+    match = UVICORN_LEVEL_RE.search(text, begin) if colon else None
     if match is not None:
+        proc, pid = _process_before(text[begin : match.start()])
         return (
             Env(
-                process=match.group("proc"),
-                pid=_int(match.group("pid")),
+                process=proc,
+                pid=pid,
                 level=match.group("level"),
-                wts=match.group("wts"),
+                wts=wts,
                 file="uvicorn",
                 known=True,
             ),
@@ -299,18 +403,23 @@ def _envelope(text: str) -> tuple[Env, str]:
             ),
             text[match.end() :],
         )
-    match = PREFIX_RE.match(text)
-    if match is not None and (
-        not match.group("pre").strip() or COMPOSE_ONLY_RE.fullmatch(match.group("pre"))
-    ):
-        proc = match.group("proc") or match.group("rank")
-        return (
-            Env(process=proc, pid=_int(match.group("pid")), wts=match.group("wts")),
-            text[match.end() :],
-        )
-    match = WRAPPER_RE.match(text)
-    if match is not None:
-        return Env(wts=match.group("wts")), text[match.end() :]
+    return _process_only(text, begin, wts, wrapper is not None)
+
+
+def _process_only(text: str, begin: int, wts: str | None, wrapped: bool) -> tuple[Env, str]:
+    """A line with no header: a process prefix (behind a compose prefix too), a wrapper, a
+    syslog prefix, or a compose prefix alone."""
+    lead = len(text) - len(text[begin:].lstrip())
+    process = _PROCESS_AT_RE.match(text, lead)
+    if process is None:
+        compose = COMPOSE_ONLY_RE.match(text, lead)
+        if compose is not None:
+            process = _PROCESS_AT_RE.match(text, compose.end())
+    if process is not None:
+        proc = process.group("proc") or process.group("rank")
+        return Env(process=proc, pid=_int(process.group("pid")), wts=wts), text[process.end() :]
+    if wrapped:
+        return Env(wts=wts), text[begin:]
     match = SYSLOG_RE.match(text)
     if match is not None:
         return Env(process=match.group("proc"), pid=_int(match.group("pid"))), text[match.end() :]
@@ -321,8 +430,13 @@ def _envelope(text: str) -> tuple[Env, str]:
     return Env(), text
 
 
+_JSON_MAX_OPEN = 512
+
+
 def _json_line(text: str) -> tuple[Env, str] | None:
     """docker json-file lines and vLLM's JSON formatter (v0.32+); None if not JSON."""
+    if text.count("[") + text.count("{") > _JSON_MAX_OPEN:
+        return None  # `[[[[...` thousands deep: no log record, and costly to refuse
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError):
@@ -358,7 +472,7 @@ def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
     """Kind and columns of one message; None when no catalogue row fits."""
     message = message.rstrip("\r\n")
     if STATS_START_RE.match(message) or message.startswith("Throughput: "):
-        return "scheduler_stats", stats_fields(message)
+        return "scheduler_stats", stats_fields(message[:STATS_BUDGET])
     if env.file == "uvicorn":
         match = ACCESS_RE.match(message)
         if match is not None:
@@ -386,7 +500,7 @@ def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
     if not env.known:
         start = _bare_match(STATS_START_RE, message)
         if start is not None:
-            return "scheduler_stats", stats_fields(message[start.start() :])
+            return "scheduler_stats", stats_fields(message[start.start() :][:STATS_BUDGET])
     return None
 
 
@@ -479,13 +593,33 @@ def _row_columns(row: cat.LineFormat, match: regex.Match[str]) -> dict[str, Any]
 _GLUE_AFTER = frozenset({"scheduler_stats", "preemption_warning", "kv_capacity", "config"})
 
 
+_LEVELS_BEFORE = tuple(f"{level} " for level in cat.LEVELS)
+
+
+def _record_start(text: str, at: int) -> int:
+    """Where the record whose timestamp is at `at` starts: its level and process prefix."""
+    for level in _LEVELS_BEFORE:
+        if text.endswith(level, 0, at):
+            at -= len(level)
+            break
+    end = at - 1 if at > 0 and text[at - 1] == " " else at
+    if end > 0 and text[end - 1] == ")":
+        pid = text.rfind(" pid=", max(0, end - _NAME_MAX - 130), end)
+        tail = _PID_TAIL_RE.match(text, pid) if pid >= 0 else None
+        if tail is not None and tail.end() == end:
+            named = _process_name(text, pid)
+            if named is not None and text[named[1]] == "(":
+                return named[1]
+    return at
+
+
 def _segments(text: str) -> list[str]:
     """Split records glued on one physical line (newlines lost in a paste) at vLLM headers.
 
     A cut is made only after a complete record of a kind in _GLUE_AFTER with a known
     envelope; the first segment that is anything else runs to the end of the line.
     """
-    starts = [m.start() for m in SPLIT_RE.finditer(text)]
+    starts = [_record_start(text, m.start()) for m in HEADER_CORE_RE.finditer(text)]
     if len(starts) <= 1:
         return [text]
     segments: list[str] = []
@@ -577,14 +711,16 @@ def clean(text: str) -> str:
     if "\r" in text:
         # tqdm redraws: the log record is what follows the last carriage return that has one.
         parts = text.split("\r")
-        found = next((p for p in reversed(parts) if SPLIT_RE.search(p)), None)
+        found = next((p for p in reversed(parts) if HEADER_CORE_RE.search(p)), None)
         if found is None:
             # No record: the last redraw, behind the process prefix the line started with.
-            head = PREFIX_RE.match(parts[0])
-            keep = head is not None and not head.group("pre").strip()
-            found = parts[0][: head.end()] + parts[-1] if keep and head else parts[-1]
+            wrapper = WRAPPER_RE.match(parts[0])
+            first = parts[0][wrapper.end() if wrapper is not None else 0 :]
+            lead = len(parts[0]) - len(first.lstrip())
+            head = _PROCESS_AT_RE.match(parts[0], lead)
+            found = parts[0][: head.end()] + parts[-1] if head is not None else parts[-1]
         text = found
-    if "\x1b" in text or "[" in text:
+    if "\x1b" in text or ("[" in text and _ANSI_PROBE_RE.search(text) is not None):
         text = ANSI_RE.sub("", text)
     return text
 

@@ -4,22 +4,111 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
 import sys
+import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import polars as pl
 import pyarrow as pa
 
-from preemptscope.errors import InputError
+from preemptscope.errors import ConfigError, InputError
 
 CHUNK_BYTES = 32 * 1024 * 1024
 
 
-def open_binary(path: str) -> BinaryIO:
-    """Open a plain or gzip file (or stdin for "-") for binary reading; InputError if unreadable."""
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        parsed = int(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={value!r}: expected a number of bytes") from exc
+    if parsed < 1024:
+        raise ConfigError(f"{name}={value!r}: at least 1024 bytes")
+    return parsed
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """What one input may cost (docs/frames.md, "Limits"); defaults from the environment.
+
+    - max_line_bytes (PREEMPTSCOPE_MAX_LINE_BYTES, 1 MiB): a longer line is cut there,
+      counted `unrecognized` with its real length, and reading goes on after its newline;
+    - endless_bytes (PREEMPTSCOPE_MAX_ENDLESS_BYTES, 1 GiB): a "line" this long without a
+      newline is no log (`/dev/zero`): an InputError;
+    - gzip_max_ratio (200) and gzip_max_bytes (PREEMPTSCOPE_GZIP_MAX_BYTES, 64 GiB): a
+      .gz input decompressing beyond either is a bomb: an InputError. Real logs compress
+      10-50x; the ratio is checked once 64 MiB are out.
+    """
+
+    max_line_bytes: int = 1 << 20
+    endless_bytes: int = 1 << 30
+    gzip_max_ratio: float = 200.0
+    gzip_max_bytes: int = 64 << 30
+
+    @classmethod
+    def from_env(cls) -> ReadLimits:
+        return cls(
+            max_line_bytes=_env_int("PREEMPTSCOPE_MAX_LINE_BYTES", cls.max_line_bytes),
+            endless_bytes=_env_int("PREEMPTSCOPE_MAX_ENDLESS_BYTES", cls.endless_bytes),
+            gzip_max_bytes=_env_int("PREEMPTSCOPE_GZIP_MAX_BYTES", cls.gzip_max_bytes),
+        )
+
+
+_RATIO_AFTER = 64 << 20
+
+
+class _LimitedGzip(io.RawIOBase):
+    """A gzip stream that stops with an InputError past the limits (a decompression bomb)."""
+
+    def __init__(self, path: str, raw: BinaryIO, limits: ReadLimits) -> None:
+        self._path = path
+        self._raw = raw
+        self._gzip = gzip.GzipFile(fileobj=raw, mode="rb")
+        self._limits = limits
+        self._out = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        got = self._gzip.readinto(buffer)
+        self._out += got
+        limits = self._limits
+        if self._out > limits.gzip_max_bytes:
+            raise InputError(
+                self._path,
+                f"decompresses to more than {limits.gzip_max_bytes} bytes"
+                " (PREEMPTSCOPE_GZIP_MAX_BYTES): refusing a possible gzip bomb",
+            )
+        if self._out > _RATIO_AFTER:
+            packed = max(1, self._raw.tell())
+            if self._out / packed > limits.gzip_max_ratio:
+                raise InputError(
+                    self._path,
+                    f"decompresses more than {limits.gzip_max_ratio:g}x"
+                    f" ({self._out} bytes from {packed}): refusing a possible gzip bomb",
+                )
+        return got
+
+    def close(self) -> None:
+        self._gzip.close()
+        self._raw.close()
+        super().close()
+
+
+def open_binary(path: str, limits: ReadLimits | None = None) -> BinaryIO:
+    """Open a plain or gzip file (or stdin for "-") for binary reading; InputError if unreadable.
+
+    A gzip stream is read under `limits` (default: ReadLimits.from_env()): decompressing past
+    its size or ratio cap raises InputError (uploads are read through here too).
+    """
     if path == "-":
         return sys.stdin.buffer
     try:
@@ -28,8 +117,17 @@ def open_binary(path: str) -> BinaryIO:
         raise InputError(path, f"cannot open: {exc.strerror or exc}") from exc
     magic = handle.peek(2)[:2] if isinstance(handle, io.BufferedReader) else b""
     if magic == b"\x1f\x8b" or path.endswith(".gz"):
-        return gzip.open(handle, "rb")  # type: ignore[return-value]
+        stream = _LimitedGzip(path, handle, limits or ReadLimits.from_env())
+        return io.BufferedReader(stream, 1 << 20)  # type: ignore[return-value]
     return handle
+
+
+@dataclass
+class Block:
+    """Whole lines read from an input, and the lines cut at the maximum length."""
+
+    view: memoryview
+    cut: dict[int, int] = field(default_factory=dict)  # line index in view -> real length
 
 
 def iter_chunks(
@@ -37,13 +135,28 @@ def iter_chunks(
     chunk_bytes: int = CHUNK_BYTES,
     may_continue: Callable[[str], bool] | None = None,
 ) -> Iterator[memoryview]:
-    """Chunks of whole lines (each ends at a newline, except possibly the last one).
+    """The views of iter_blocks (for callers that need no cut lines)."""
+    for block in iter_blocks(path, chunk_bytes, may_continue):
+        yield block.view
+
+
+def iter_blocks(
+    path: str,
+    chunk_bytes: int = CHUNK_BYTES,
+    may_continue: Callable[[str], bool] | None = None,
+    limits: ReadLimits | None = None,
+) -> Iterator[Block]:
+    """Blocks of whole lines (each ends at a newline, except possibly the last one).
 
     Each chunk is read straight into a fresh buffer behind the carried-over partial line, so
-    no chunk is copied again in Python.
+    no chunk is copied again in Python. A line longer than `limits.max_line_bytes` is cut:
+    its first max_line_bytes come as a block of their own (with its real length in `cut`),
+    the rest is read past without being kept, so memory stays flat whatever the input.
     """
-    handle = open_binary(path)
+    limits = limits or ReadLimits.from_env()
+    handle = open_binary(path, limits)
     carry = b""
+    offset = 0  # bytes of the input before `carry`
     try:
         while True:
             # Arrow's allocator hands out memory without zero-filling it (bytearray(n) zeroes
@@ -51,27 +164,91 @@ def iter_chunks(
             buffer = pa.allocate_buffer(len(carry) + chunk_bytes)
             view = memoryview(buffer).cast("B")
             view[: len(carry)] = carry
-            try:
-                got = handle.readinto(view[len(carry) :])  # type: ignore[attr-defined]
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                raise InputError(path, f"cannot read: {exc}") from exc
+            got = _read(handle, path, view[len(carry) :])
             if not got:
                 break
             end = len(carry) + got
+            newline = _rfind_newline(view, end)
+            if end - (newline + 1) > limits.max_line_bytes:
+                # The last line is too long: emit what precedes it, then cut it.
+                if newline >= 0:
+                    yield Block(view[: newline + 1])
+                start = newline + 1
+                head = bytes(view[start : start + limits.max_line_bytes])
+                block, carry = _skip_long_line(
+                    handle, path, head, end - start, bytes(view[start:end]), limits, offset + start
+                )
+                offset += end - len(carry)
+                yield block
+                continue
             cut = _cut_in(view, end, may_continue)
             if cut < 0 and end > _MAX_CARRY:
-                # give up on finding a record boundary
-                cut = bytes(view[:end]).rfind(b"\n")
+                cut = newline  # give up on finding a record boundary
             if cut < 0:
                 carry = bytes(view[:end])
                 continue
             carry = bytes(view[cut + 1 : end])
-            yield view[: cut + 1]
+            offset += cut + 1
+            yield Block(view[: cut + 1])
         if carry:
-            yield memoryview(carry)
+            yield Block(memoryview(carry))
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
+
+
+def _read(handle: BinaryIO, path: str, into: memoryview) -> int:
+    try:
+        return handle.readinto(into)  # type: ignore[attr-defined,no-any-return]
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(path, f"cannot read: {exc}") from exc
+
+
+def _rfind_newline(view: memoryview, end: int) -> int:
+    """The last newline in view[:end], looking at a copied tail first."""
+    window = _TAIL_WINDOW
+    while True:
+        low = max(0, end - window)
+        found = bytes(view[low:end]).rfind(b"\n")
+        if found >= 0:
+            return found + low
+        if low == 0:
+            return -1
+        window *= 4
+
+
+def _skip_long_line(
+    handle: BinaryIO,
+    path: str,
+    head: bytes,
+    seen: int,
+    pending: bytes,
+    limits: ReadLimits,
+    at: int,
+) -> tuple[Block, bytes]:
+    """Read past the rest of a line cut after `head`: (its block, the bytes after it).
+
+    `seen` bytes of the line are read already; `pending` holds them (the newline may be in a
+    later read). InputError when no newline comes within limits.endless_bytes.
+    """
+    scratch = bytearray(1 << 20)
+    while True:
+        if len(pending) > 0 and b"\n" in pending:
+            index = pending.index(b"\n")
+            real = seen - len(pending) + index
+            return Block(memoryview(head + b"\n"), {0: real}), pending[index + 1 :]
+        if seen > limits.endless_bytes:
+            raise InputError(
+                path,
+                f"a line from byte {at} runs past {limits.endless_bytes} bytes without a"
+                " newline: not a log (endless input such as /dev/zero?);"
+                " PREEMPTSCOPE_MAX_ENDLESS_BYTES raises the limit",
+            )
+        got = _read(handle, path, memoryview(scratch))
+        if not got:
+            return Block(memoryview(head), {0: seen}), b""
+        pending = bytes(scratch[:got])
+        seen += got
 
 
 _TAIL_WINDOW = 1 << 20
@@ -107,7 +284,7 @@ TERMINAL = ".%)]}'\"!?"
 WRAP_MIN = 60
 _TERMINAL = frozenset(TERMINAL.encode())
 _SAFE_SEARCH = 4096
-_MAX_CARRY = 256 * 1024 * 1024
+_MAX_CARRY = 64 * 1024 * 1024
 _UNDECIDED = -2
 
 

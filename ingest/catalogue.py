@@ -233,7 +233,9 @@ STATS_ROWS: tuple[LineFormat, ...] = (
 # (column, pattern with one group). Order matters for `extra`: everything not matched is kept.
 STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("engine", r"Engine (\d+): "),
-    ("engines_aggregated", r"(\d+) Engines Aggregated: "),
+    # `\b` in front of a run that may open anywhere: a search starts it once per run, not at
+    # every character of it (linear time in the `regex` module too).
+    ("engines_aggregated", r"\b(\d+) Engines Aggregated: "),
     ("prompt_throughput", r"Avg prompt throughput: ([\d.]+) tokens/s"),
     ("generation_throughput", r"Avg generation throughput: ([\d.]+) tokens/s"),
     ("throughput_v01", r"^Throughput: ([\d.]+) tokens/s"),
@@ -243,8 +245,8 @@ STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("swapped", r"Swapped: (\d+) reqs"),
     ("deferred", r"Deferred: (\d+) reqs"),
     ("preemptions", r"Preemptions: (\d+)"),
-    ("kv_device", r"([A-Z][A-Za-z]*(?: \+ host)?) KV cache usage: [\d.]+%"),
-    ("gpu_kv_cache_usage", r"[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: ([\d.]+)%"),
+    ("kv_device", r"\b([A-Z][A-Za-z]*(?: \+ host)?) KV cache usage: [\d.]+%"),
+    ("gpu_kv_cache_usage", r"\b[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: ([\d.]+)%"),
     ("cpu_kv_cache_usage", r"%,? CPU KV cache usage: ([\d.]+)%"),
     ("prefix_cache_hit_rate", r"Prefix cache hit rate: ([\d.]+)%"),
     ("external_prefix_cache_hit_rate", r"External prefix cache hit rate: ([\d.]+)%"),
@@ -252,9 +254,9 @@ STATS_FIELDS: tuple[tuple[str, str], ...] = (
 )
 # Whole known fields, removed to leave the unknown ones as `extra`.
 STATS_KNOWN_FIELDS = (
-    r"Engine \d+: |\d+ Engines Aggregated: |Avg (?:prompt|generation) throughput: [\d.]+ tokens/s"
+    r"Engine \d+: |\b\d+ Engines Aggregated: |Avg (?:prompt|generation) throughput: [\d.]+ tokens/s"
     r"|^Throughput: [\d.]+ tokens/s|(?:Running|Waiting|Pending|Swapped|Deferred): \d+ reqs"
-    r"|Preemptions: \d+|[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: [\d.]+%"
+    r"|Preemptions: \d+|\b[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: [\d.]+%"
     r"|(?:External p|P)refix cache hit rate: [\d.]+%|MM cache hit rate: [\d.]+%"
 )
 STATS_RECORD_START = r"(?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput: "
@@ -441,7 +443,7 @@ CONFIG_ROWS: tuple[LineFormat, ...] = (
         "logo_version",
         "config",
         "▀▄▀ █",
-        r"[^\n]*?▀▄▀ █\s+version (?:\x1b\[[0-9;]*m)?(?P<vllm_version>[0-9][^\s,)\x1b]*)",
+        r"[\s▄█▀]*?▀▄▀ █\s+version (?:\x1b\[[0-9;]*m)?(?P<vllm_version>[0-9][^\s,)\x1b]*)",
         "v0.15.0 – v0.33.0 (ASCII logo, six prefixed lines)",
         "(APIServer pid=1726) INFO 02-19 10:10:57 [utils.py:325]  ▄▄ ▄█ █     █     █ ▀▄▀ █"
         "  version"
@@ -453,7 +455,7 @@ CONFIG_ROWS: tuple[LineFormat, ...] = (
         "logo_model",
         "config",
         "█▄█▀ █",
-        r"[^\n]*?█▄█▀ █\s+█\s+█\s+█  model\s+(?:\x1b\[[0-9;]*m)?(?P<model>\S+)",
+        r"[\s▄█▀]*?█▄█▀ █\s+█\s+█\s+█  model\s+(?:\x1b\[[0-9;]*m)?(?P<model>\S+)",
         "v0.15.0 – v0.33.0 (ASCII logo)",
         "(APIServer pid=1726) INFO 02-19 10:10:57 [utils.py:325]   █▄█▀ █     █     █     █  model"
         "   models/final_dpo",

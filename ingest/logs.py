@@ -16,7 +16,7 @@ import glob
 import os
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,8 +28,10 @@ from preemptscope.ingest import _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._reader import (
     CHUNK_BYTES,
+    Block,
+    ReadLimits,
     display_name,
-    iter_chunks,
+    iter_blocks,
     last_line,
     split_lines,
 )
@@ -49,6 +51,7 @@ from preemptscope.errors import ConfigError, InputError
 __all__ = [
     "ParseOptions",
     "ParseState",
+    "ReadLimits",
     "iter_log_paths",
     "iter_parse_path",
     "parse_lines",
@@ -118,6 +121,24 @@ _REQ_LITERALS = sorted({row.literal for row in cat.REQUEST_ROWS})
 _PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
 _STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
 _REQ_LIT = "|".join(re.escape(literal) for literal in _REQ_LITERALS)
+# Anything an envelope the per-line path knows starts with: a process prefix, a rank, a date
+# (wrappers, foreign formats), a level word (uvicorn, foreign formats), a syslog pid. A new
+# envelope in ingest/_lines.py needs its cue here, or its lines are unrecognised unread.
+_ENVELOPE_CUE = (
+    r"pid=|\[rank|[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE)"
+    r"|\[[0-9]+\]: "  # syslog's `python3[28059]: `
+)
+_KIND_LITERALS = sorted(_lines.KIND_LITERALS)
+# Plain program output the per-line path reads (tracebacks, progress bars; an indented line
+# may be a frame's code line).
+# A superset of what they match, by key words (the patterns themselves, also behind a quote
+# bar or a compose prefix, compile to a Rust regex over its size limit): a traceback's header,
+# chained-exception line, `File "` line, `^~~~` marker line, exception or warning line, a
+# progress bar's percentage, an indented code line.
+_PLAIN_CUE = r"Traceback|exception|File \"|[\^~]\s*$|Error|Exception|Exit|Interrupt|Warning|%|  "
+assert all(name in ("traceback", "warning", "progress") for name, _pattern in cat.PLAIN_LINES), (
+    "a new plain-line kind needs its key word in _PLAIN_CUE"
+)
 _UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
 _STATS_VALID = (
     cat.HEADER_CORE
@@ -197,8 +218,12 @@ def _stats_invalid(msg: pl.Expr) -> pl.Expr:
 
 def _stats_frames(sub: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(stats rows, unrecognised rows: lines whose numbers do not fit their columns)."""
-    invalid = _stats_invalid(pl.col("raw").str.extract_groups(_STATS_EXTRACT).struct.field("msg"))
-    sub = sub.with_columns(invalid.alias("_invalid"))
+    message = pl.col("raw").str.extract_groups(_STATS_EXTRACT).struct.field("msg")
+    # The message once as a column: as an expression it is re-extracted for every field.
+    sub = sub.with_columns(message.alias("_msg")).with_columns(
+        _stats_invalid(pl.col("_msg")).alias("_invalid")
+    )
+    sub = sub.drop("_msg")
     bad = sub.filter(pl.col("_invalid").is_not_null())
     if bad.height:
         sub = sub.filter(pl.col("_invalid").is_null())
@@ -514,14 +539,29 @@ def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
     return fast.clone().scatter(others, http), fast.clone().scatter(others, shape)
 
 
-def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool) -> _Batch:
-    """Route every line of a Series and extract the vectorised kinds."""
+def _route(
+    raw: pl.Series,
+    first_line: int,
+    previous: str | None,
+    want_all: bool,
+    *,
+    max_line: int,
+    cut: Mapping[int, int] | None = None,
+) -> _Batch:
+    """Route every line of a Series and extract the vectorised kinds.
+
+    Lines longer than `max_line` bytes, and those in `cut` (line number -> real length: cut
+    by the reader), are unrecognised with their real length and not parsed.
+    """
     n = raw.len()
     if n == 0:
         return _Batch({kind: [] for kind in FRAME_SCHEMAS}, LineAccounting(lines=0), {})
     df = pl.DataFrame({"raw": raw}).with_columns(
         pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
     )
+    too_long = _too_long(df, max_line, cut or {})
+    if too_long is not None:
+        df = df.filter(~pl.col("line").is_in(too_long["line"].implode()))
 
     def before(odd: pl.DataFrame) -> pl.Series:
         index = odd["line"] - first_line
@@ -532,8 +572,32 @@ def _route(raw: pl.Series, first_line: int, previous: str | None, want_all: bool
         ).to_series()
         return _as_read(prev, outside)
 
-    routed, odd_parts = _cascade(df)
+    routed, odd_parts = _cascade(df, before)
+    if too_long is not None:
+        routed["cut"] = [too_long]
     return _assemble(routed, odd_parts, {}, n, before, want_all)
+
+
+def _too_long(df: pl.DataFrame, max_line: int, cut: Mapping[int, int]) -> pl.DataFrame | None:
+    """Unrecognised rows (line, text, reason) for the lines over the length limit, or None."""
+    lengths = df["raw"].str.len_bytes()
+    over = df.filter(lengths > max_line)  # with its `\r\n`: checked exactly below
+    if over.height:
+        exact = over["raw"].str.strip_chars_end("\r\n").str.len_bytes()
+        over = over.filter(exact > max_line)
+    if cut:
+        over = pl.concat([over, df.filter(pl.col("line").is_in(list(cut)))]).unique(
+            "line", keep="first", maintain_order=True
+        )
+    if over.height == 0:
+        return None
+    rows = []
+    for line, text in over.select("line", "raw").iter_rows():
+        data = text.rstrip("\r\n").encode()
+        real = cut.get(line, len(data))
+        reason = f"line longer than {max_line} bytes ({real} bytes): cut, not parsed"
+        rows.append((line, data[:max_line].decode("utf-8", "replace"), reason))
+    return pl.DataFrame(rows, schema=_UNRECOGNIZED_ROWS, orient="row").sort("line")
 
 
 def _as_read(prev: pl.Series, outside: pl.Series) -> pl.Series:
@@ -545,7 +609,9 @@ def _as_read(prev: pl.Series, outside: pl.Series) -> pl.Series:
     return pl.select(pl.when(outside).then(prev).otherwise(unwrapped)).to_series()
 
 
-def _cascade(df: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], list[pl.DataFrame]]:
+def _cascade(
+    df: pl.DataFrame, before: Callable[[pl.DataFrame], pl.Series]
+) -> tuple[dict[str, list[pl.DataFrame]], list[pl.DataFrame]]:
     """Route the lines of `df` (raw, line): (claimed parts by name, parts for _lines).
 
     A cascade of filters: each probe runs only on the lines no earlier probe claimed, so the
@@ -591,6 +657,10 @@ def _cascade(df: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], list[pl.D
     # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws, Ray's
     # deduplicated repeats (one line, several records).
     text = df["raw"]
+    if brace.any():
+        # Only a JSON value is read as JSON; a line that starts with `{` but does not parse
+        # (`{"log": [[[[...`, a cut object) is text like any other.
+        brace = brace & text.str.json_path_match("$").is_not_null()
     odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
     carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
     if carriage.any():
@@ -602,7 +672,14 @@ def _cascade(df: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], list[pl.D
     http, shape = _access_masks(df["raw"])
     access, rest = split(df, http)
     if access.height:
-        good, bad = split(access, shape.filter(http))
+        # A vLLM header makes it a vLLM record (an access line quoted in a prompt is data).
+        # (`] ` first: a literal scan; uvicorn's access lines have none.)
+        text = access["raw"]
+        header = text.str.contains("] ", literal=True)
+        if header.any():
+            header = header & text.str.contains(cat.HEADER_CORE)
+        plain = shape.filter(http) & ~header
+        good, bad = split(access, plain)
         claim("access", good)
         rest = join(rest, bad)
     # 2. kinds parsed per line (preemption, KV sizing, config).
@@ -639,6 +716,27 @@ def _cascade(df: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], list[pl.D
         claim("other", other.drop("hdr"))
         uvi, rest = split(rest, (rest["hdr"] == 0) & rest["raw"].str.contains(_UVICORN_PROBE))
         claim("other_uvi", uvi.drop("hdr"))
+        # 6. lines with nothing the per-line path could read (no header, no literal, no
+        # envelope) after a line they cannot continue: unrecognised here, so a file of noise
+        # costs what a log costs, not a Python call per line.
+        bare = rest["raw"].str.strip_chars_end("\r\n")
+        lone, rest = split(
+            rest,
+            (rest["hdr"] == 0) & ~bare.str.contains(_ENVELOPE_CUE) & ~bare.str.contains(_PLAIN_CUE),
+        )
+        if lone.height:
+            prev = before(lone)
+            joinable = (
+                (prev.str.len_chars() >= _lines.WRAP_MIN)
+                & (
+                    prev.str.contains(_ENVELOPE_CUE)
+                    | prev.str.contains(cat.TIMESTAMP)
+                    | prev.str.contains_any(_KIND_LITERALS)
+                )
+            ).fill_null(False)
+            tails, noise = split(lone, joinable)
+            claim("unrec", noise.drop("hdr"))
+            rest = join(rest, tails)
         odd_parts.append(rest.drop("hdr"))
 
     return routed, odd_parts
@@ -704,11 +802,24 @@ def _assemble(
                     orient="row",
                 )
             )
-        accounting.unrecognized_lines = len(result.unrecognized)
+        accounting.unrecognized_lines += len(result.unrecognized)
     if rejected.height:
         frames["unrecognized"].append(rejected)
         accounting.unrecognized_lines += rejected.height
-    fast_parsed = sum(v for k, v in counts.items() if k != "blank")
+    if "cut" in routed:
+        frames["unrecognized"].extend(routed["cut"])
+        accounting.unrecognized_lines += sum(part.height for part in routed["cut"])
+    if "unrec" in routed:
+        noise = pl.concat(routed["unrec"])
+        frames["unrecognized"].append(
+            noise.select(
+                pl.col("line"),
+                pl.col("raw").str.strip_chars_end("\r\n").alias("text"),
+                pl.lit(_lines.NO_FORMAT).alias("reason"),
+            )
+        )
+        accounting.unrecognized_lines += noise.height
+    fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut"))
     accounting.parsed_lines = fast_parsed + parsed
     return _Batch(frames, accounting, summarized)
 
@@ -759,6 +870,7 @@ def _finish(
     if unrec:
         result.frames["unrecognized"] = (
             pl.concat(unrec)
+            .sort("line")
             .with_columns(
                 pl.lit(source, dtype=pl.String).alias("source"),
                 pl.lit(deployment, dtype=pl.String).alias("deployment"),
@@ -878,6 +990,8 @@ def _parse_series(
     state: ParseState,
     final: bool,
     want_all: bool,
+    limits: ReadLimits,
+    cut: Mapping[int, int] | None = None,
 ) -> LogFrames:
     if state.pending:
         first_line = state.pending[0][0]
@@ -889,7 +1003,7 @@ def _parse_series(
     previous = state.last_raw
     if raw.len():
         state.last_raw = raw[-1]
-    batch = _route(raw, first_line, previous, want_all)
+    batch = _route(raw, first_line, previous, want_all, max_line=limits.max_line_bytes, cut=cut)
     return _finish(batch, source=source, deployment=deployment, options=options, state=state)
 
 
@@ -902,12 +1016,17 @@ def parse_lines(
     options: ParseOptions = ParseOptions(),
     state: ParseState | None = None,
     final: bool | None = None,
+    limits: ReadLimits | None = None,
+    cut_lengths: Mapping[int, int] | None = None,
 ) -> LogFrames:
     """Parse a batch of physical lines (no trailing newline needed).
 
     With a `state`, batches of one source give the same frames as one go: a last line that may
     be the first half of a hard-wrapped record is held back until the next batch, or until a
     call with `final=True` (default: final unless a state is given).
+    A line longer than `limits.max_line_bytes` (default ReadLimits.from_env()) is unrecognised,
+    not parsed; `cut_lengths` (line number -> real length) names lines the caller cut already
+    (the follower), which are unrecognised with their real length.
     """
     own_state = state if state is not None else ParseState()
     is_final = final if final is not None else state is None
@@ -921,6 +1040,8 @@ def parse_lines(
         state=own_state,
         final=is_final,
         want_all=True,
+        limits=limits or ReadLimits.from_env(),
+        cut=cut_lengths,
     )
 
 
@@ -941,10 +1062,10 @@ def _options_for(path: str, options: ParseOptions) -> ParseOptions:
     )
 
 
-def _route_chunk(
-    chunk: memoryview, first_line: int, previous: str | None, want_all: bool
-) -> _Batch:
-    return _route(split_lines(chunk), first_line, previous, want_all)
+def _route_chunk(block: Block, previous: str | None, want_all: bool, max_line: int) -> _Batch:
+    # Lines are numbered from 1 in each block; `cut` holds 0-based indexes.
+    cut = {index + 1: real for index, real in block.cut.items()}
+    return _route(split_lines(block.view), 1, previous, want_all, max_line=max_line, cut=cut)
 
 
 def iter_parse_path(
@@ -956,6 +1077,7 @@ def iter_parse_path(
     summary_only: bool = False,
     progress: Callable[[int], None] | None = None,
     workers: int | None = None,
+    limits: ReadLimits | None = None,
 ) -> Iterator[LogFrames]:
     """Stream a file chunk by chunk: one LogFrames per chunk, memory flat in the file size.
 
@@ -964,7 +1086,8 @@ def iter_parse_path(
     (Polars releases the GIL); timestamps are resolved in order in this thread.
     With `summary_only`, requests/access/other rows are counted (LogFrames.summarized) but
     not extracted: what `parse --json` needs, at a fraction of the cost.
-    `progress` is called with the number of bytes of each chunk read.
+    `progress` is called with the number of bytes of each chunk read. `limits` (default
+    ReadLimits.from_env()) bound a line, an endless input and a .gz input (docs/frames.md).
     """
     name = str(path)
     dep = deployment or display_name(name)
@@ -992,11 +1115,13 @@ def iter_parse_path(
         return frames
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for chunk in iter_chunks(name, chunk_bytes, _lines.may_continue):
+        read_limits = limits or ReadLimits.from_env()
+        max_line = read_limits.max_line_bytes
+        for block in iter_blocks(name, chunk_bytes, _lines.may_continue, read_limits):
             if progress is not None:
-                progress(len(chunk))
-            in_flight.append(pool.submit(_route_chunk, chunk, 1, previous, not summary_only))
-            previous = last_line(chunk)
+                progress(len(block.view))
+            in_flight.append(pool.submit(_route_chunk, block, previous, not summary_only, max_line))
+            previous = last_line(block.view)
             while len(in_flight) > threads:
                 yield finish(in_flight.popleft())
         while in_flight:
@@ -1008,13 +1133,14 @@ def parse_path(
     *,
     deployment: str | None = None,
     options: ParseOptions = ParseOptions(),
+    limits: ReadLimits | None = None,
 ) -> LogFrames:
     """Parse one file (plain or .gz) or "-" for stdin into frames; InputError if unreadable."""
     name = str(path)
     if name != "-" and Path(name).is_dir():
         raise InputError(name, "is a directory (use iter_log_paths to expand it)")
     combined: LogFrames | None = None
-    for part in iter_parse_path(name, deployment=deployment, options=options):
+    for part in iter_parse_path(name, deployment=deployment, options=options, limits=limits):
         if combined is None:
             combined = part
         else:

@@ -164,6 +164,8 @@ def test_the_live_pages_draw_no_text_on_text(browser: Any, demo_service: str, wi
         page.wait_for_function(
             "document.querySelectorAll('#deployments li').length === 2", timeout=60_000
         )
+        # The list is not the figures (README and docs say so): the page says where they are.
+        assert "for its verdict card and figures" in page.locator("#hint").inner_text()
         _check(page, f"layout-live-index-{width}.png")
     finally:
         context.close()

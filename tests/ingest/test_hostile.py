@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest.logs import ParseOptions, ParseState, parse_lines
 from preemptscope.ingest.schema import LogFrames
 
@@ -136,3 +139,47 @@ def test_deeply_nested_json_is_one_unrecognised_line() -> None:
     frames = parse(['{"log": ' + "[" * 5000, REAL_STATS])
     assert frames["unrecognized"]["line"].to_list() == [1]
     assert frames["scheduler_stats"].height == 1
+
+
+# Everything a record is made of, for prompts to be built from.
+_PIECES = [
+    *(row.example for row in cat.ALL_ROWS),
+    *(row.literal for row in cat.ALL_ROWS),
+    *(env.example for env in cat.FOREIGN_ENVELOPES),
+    PREEMPT,
+    STATS,
+    "INFO 01-15 14:00:00 [loggers.py:116] ",
+    "(EngineCore_DP0 pid=7) ",
+    "2025-01-15T14:00:00.123456789Z ",
+    "[rank0]: ",
+    "\x1b[0m",
+    "[0m",
+    "\\r",
+    " (_AsyncLLMEngine pid=1974) ",
+    BIG,
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=6)), min_size=1, max_size=8),
+    st.sampled_from(["received", "generated", "added"]),
+)
+def test_prompts_built_from_the_catalogue_never_make_records(parts: list[str], event: str) -> None:
+    text = "".join(parts)
+    if event == "received":
+        line = received(text)
+    elif event == "generated":
+        line = f"{HEADER}Generated response chatcmpl-1: output: {text!r}, finish_reason: stop"
+    else:
+        line = f"{HEADER}Added request chatcmpl-1 {text}."
+    frames = parse([REAL_STATS, line, REAL_STATS])
+    assert kinds(frames) == {"scheduler_stats": 2, "requests": 1}
+    assert frames["scheduler_stats"]["line"].to_list() == [1, 3]
+
+
+def test_a_huge_ray_repeat_count_costs_one_line_not_memory() -> None:
+    line = "(RayWorkerWrapper pid=263) " + REAL_STATS + " [repeated 999999999x across cluster]"
+    frames = parse([REAL_STATS, line])
+    assert frames["scheduler_stats"].height == 1
+    assert frames["unrecognized"]["reason"][0].startswith("Ray repeat count above")

@@ -1,0 +1,107 @@
+"""Adversarial log text, for bench_hostile.py (cost per MB) and tests/ingest (results).
+
+Each input is what a user of the LLM service can put into a log through a prompt (vLLM logs
+prompts with repr in `Received request ...: prompt: '...'`), or what a damaged or hostile file
+holds. `lines(name, size)` gives about `size` bytes of physical lines of one class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+HEADER = "(APIServer pid=1) INFO 01-15 13:59:55 [logger.py:43] "
+STATS_HEAD = "INFO 01-15 14:00:00 [loggers.py:116] Engine 000: Avg prompt throughput: "
+
+
+def received(prompt: str, rid: int = 1) -> str:
+    """A V1 `Received request` line holding `prompt` (as vLLM writes it, with repr)."""
+    return (
+        f"{HEADER}Received request chatcmpl-{rid:032x}: prompt: {prompt!r}, params:"
+        " SamplingParams(n=1, temperature=0.7), prompt_token_ids: [1, 2, 3], lora_request: None."
+    )
+
+
+def _repeat(unit: str, size: int) -> str:
+    return unit * max(1, size // len(unit))
+
+
+def dash_runs(size: int) -> list[str]:
+    """`01-01-01-...`: every position starts a timestamp candidate (100 KB per line)."""
+    per = min(size, 100_000)
+    return [_repeat("01-", per) for _ in range(max(1, size // per))]
+
+
+def dash_runs_prompt(size: int) -> list[str]:
+    per = min(size, 100_000)
+    return [received(_repeat("01-", per), i) for i in range(max(1, size // per))]
+
+
+def config_prompt(size: int) -> list[str]:
+    """A 256 KB prompt that reads like an engine config (`key=value, ` after `with config:`)."""
+    per = min(size, 256_000)
+    lead = "Initializing a V1 LLM engine with config: "
+    body = lead + _repeat("model='m', max_num_seqs=8, ", per)
+    return [received(body, i) for i in range(max(1, size // per))]
+
+
+def config_line(size: int) -> list[str]:
+    """The same text as a line of its own (no request around it)."""
+    per = min(size, 256_000)
+    body = _repeat("model='m', max_num_seqs=8, (x=[1, 'a'], ", per)
+    line = f"INFO 01-15 14:00:00 [core.py:61] Initializing a V1 LLM engine with config: {body}"
+    return [line] * max(1, size // per)
+
+
+def stats_digits(size: int) -> list[str]:
+    """128 KB of digits after a stats prefix (`[\\d.]+` runs and the fields after them)."""
+    per = min(size, 128_000)
+    return [STATS_HEAD + _repeat("1", per) for _ in range(max(1, size // per))]
+
+
+def stats_digits_prompt(size: int) -> list[str]:
+    per = min(size, 128_000)
+    return [received(STATS_HEAD + _repeat("1", per), i) for i in range(max(1, size // per))]
+
+
+def headers_prompt(size: int) -> list[str]:
+    """A prompt of back-to-back fake headers and records (the splitter's worst case)."""
+    per = min(size, 100_000)
+    unit = "01-15 14:00:00 [scheduler.py:1491] Sequence group e is preempted by SWAP "
+    return [received(_repeat(unit, per), i) for i in range(max(1, size // per))]
+
+
+def process_prefixes(size: int) -> list[str]:
+    """`(a (b (c ...` and ` pid=` runs: the process-prefix pattern's nested groups."""
+    per = min(size, 100_000)
+    line = _repeat("(x pid=1 (y", per) + " INFO 01-15 14:00:00 [a.py:1] hi"
+    return [line] * max(1, size // per)
+
+
+def json_deep(size: int) -> list[str]:
+    """`{"log": [[[[...` 5,000 deep (a RecursionError for a recursive decoder)."""
+    per = 5_008
+    return ['{"log": ' + "[" * 5_000 for _ in range(max(1, size // per))]
+
+
+def junk(size: int) -> list[str]:
+    """Lines nobody recognises (printable noise of ordinary length)."""
+    unit = "lorem ipsum 01-15 [x] dolor: sit=amet, (consectetur) 12.5% adipiscing elit sed do"
+    return [f"{unit} {i}" for i in range(max(1, size // (len(unit) + 8)))]
+
+
+CLASSES: dict[str, Callable[[int], list[str]]] = {
+    "dash_runs": dash_runs,
+    "dash_runs_prompt": dash_runs_prompt,
+    "config_prompt": config_prompt,
+    "config_line": config_line,
+    "stats_digits": stats_digits,
+    "stats_digits_prompt": stats_digits_prompt,
+    "headers_prompt": headers_prompt,
+    "process_prefixes": process_prefixes,
+    "json_deep": json_deep,
+    "junk": junk,
+}
+
+
+def lines(name: str, size: int) -> list[str]:
+    return CLASSES[name](size)
