@@ -221,12 +221,16 @@ def _title(report: Report) -> str:
 
 
 def render_report_html(
-    report: Report, *, whatif: Mapping[str, Sequence[WhatIfInput]] | None = None
+    report: Report,
+    *,
+    whatif: Mapping[str, Sequence[WhatIfInput]] | None = None,
+    overview: str = "",
 ) -> str:
     """The whole report as one HTML document (plotly.js inlined once, no network access).
 
     `whatif`: per deployment name, simulated (max_num_seqs, preemptions, p99) points for the
-    capacity figure (see `figures.whatif_points`).
+    capacity figure (see `figures.whatif_points`). `overview`: a ready HTML section shown
+    first (the fleet table of `report --prometheus`, preemptscope/fleet.py).
     """
     nonce = secrets.token_urlsafe(16)
     figures: dict[str, dict[str, Any]] = {}
@@ -266,6 +270,7 @@ def render_report_html(
 <span class="meta">generated {esc(generated)} · schema v{report.schema_version} ·
 {len(report.deployments)} deployment{"s" if len(report.deployments) != 1 else ""}</span></header>
 <main>
+{overview}
 <section class="panel"><h3>Deployments</h3><ul class="deployments">{toc}</ul></section>
 {"".join(sections)}
 <section class="panel" id="sources"><h3>Sources</h3>{_sources_table(report.sources)}</section>
@@ -287,10 +292,11 @@ def write_report_html(
     path: str | Path,
     *,
     whatif: Mapping[str, Sequence[WhatIfInput]] | None = None,
+    overview: str = "",
 ) -> None:
     """Write the report atomically (a reader never sees half a file)."""
     target = Path(path)
-    text = render_report_html(report, whatif=whatif)
+    text = render_report_html(report, whatif=whatif, overview=overview)
     tmp: Path | None = None
     try:
         # Created exclusively under an unpredictable name in the target's directory: a file

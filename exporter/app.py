@@ -385,7 +385,7 @@ def create_app(
         }
 
     @app.get(
-        "/api/deployments/{name}",
+        "/api/deployments/{name:path}",  # Kubernetes names are namespace/pod
         tags=["api"],
         dependencies=[guard],
         responses={200: {"model": DeploymentDetail}, 404: {"description": "no such deployment"}},

@@ -15,6 +15,7 @@ from typing import Any
 
 from preemptscope.exporter.follower import Chunk, FileFollower, FollowerCheckpoint, RotationKind
 from preemptscope.exporter.live import LiveState, Snapshot
+from preemptscope.exporter.promsource import PrometheusSource
 from preemptscope.exporter.state import StateStore
 from preemptscope.ingest.logs import ParseOptions, ParseState, parse_lines
 from preemptscope.ingest.metrics import scrape_once
@@ -102,6 +103,8 @@ class Service:
         self._spawn("follow", self._follow_loop)
         for scrape in self.settings.scrapes:
             self._spawn(f"scrape {scrape.url}", self._scrape_loop, scrape)
+        if self.settings.prometheus:
+            self._spawn("prometheus", self._prometheus_loop, PrometheusSource(self.settings))
         self._spawn("analysis", self._analysis_loop)
         self._started = True
 
@@ -338,6 +341,21 @@ class Service:
         self.live.add_scrape(
             target.url, target.deployment, samples, duration_s=time.perf_counter() - started
         )
+
+    def _prometheus_loop(self, source: PrometheusSource) -> None:
+        assert self.live is not None
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    if source.poll(self.live):
+                        self._last_input = time.monotonic()
+                except Exception:  # a failed poll never takes the service down
+                    LOG.exception("reading %s failed unexpectedly", source.url)
+                elapsed = time.monotonic() - started
+                self._stop.wait(max(0.0, self.settings.prometheus_interval - elapsed))
+        finally:
+            source.close()
 
     # -- analysis ------------------------------------------------------------------------
 

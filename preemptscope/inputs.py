@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -19,12 +19,16 @@ from preemptscope import sniff
 from preemptscope.analysis.analyze import DeploymentInputs
 from preemptscope.analysis.report import SourceSummary
 from preemptscope.errors import ConfigError, InputError
-from preemptscope.ingest import bench, metrics
+from preemptscope.fleet import Fleet, join_local
+from preemptscope.ingest import archive, bench, metrics
 from preemptscope.ingest.logs import ParseOptions, iter_log_paths, parse_path
 from preemptscope.ingest.schema import LogFrames
+from preemptscope.k8s import name_from_log_path
 
 SCRAPE_TIMEOUT_S = 10.0
 _NAME = re.compile(r"^[\w.@:-]+$")
+# Kubernetes names: namespace/pod (the fleet and kubelet log paths name deployments so).
+_POD_NAME = re.compile(r"^[\w.@:-]+/[\w.@:-]+$")
 
 
 def split_spec(spec: str) -> tuple[str, str | None]:
@@ -35,13 +39,19 @@ def split_spec(spec: str) -> tuple[str, str | None]:
         # In "http://h/metrics?x=1" the "=" belongs to the query, not to a NAME.
         if path and _NAME.match(name) and "/" not in name and "=" in query:
             return path, name
+        if path and _POD_NAME.match(name) and Path(path).exists():
+            return path, name
     return spec, None
 
 
 def stem(path: str) -> str:
-    """A deployment name from a path or URL: the file name without .gz/.log/.json/... suffixes."""
+    """A deployment name from a path or URL: `namespace/pod` for a kubelet log path, else the
+    file name without .gz/.log/.json/... suffixes (the host for a URL)."""
     if path == "-":
         return "stdin"
+    pod = name_from_log_path(path)
+    if pod is not None:  # a kubelet log path: namespace/pod, not "0"
+        return pod
     if "://" in path:
         host = path.split("://", 1)[1].split("/", 1)[0]
         return host.replace(":", "_") or "metrics"
@@ -59,6 +69,9 @@ class LoadOptions:
     parse: ParseOptions = field(default_factory=ParseOptions)
     bench_start: datetime | None = None
     scrape_timeout_s: float = SCRAPE_TIMEOUT_S
+    # The time range read from Parquet archives (`parse --out` directories); None: all.
+    archive_start: datetime | None = None
+    archive_end: datetime | None = None
     # Told about each log input left out because it holds no vLLM line (sniff.describe says why).
     on_skip: Callable[[SourceSummary], None] | None = None
 
@@ -99,12 +112,18 @@ def load_inputs(
     opts = options or LoadOptions()
     # A directory is one deployment (its rotated files together), named after the directory.
     specs = []
+    archives: list[tuple[str, str | None]] = []
     for spec in log_specs:
         path, name = split_spec(spec)
+        if archive.is_archive(path):  # written by `parse --out`: read back, not parsed
+            archives.append((path, name))
+            continue
         if (hint := sniff.metrics_only_dir(path)) is not None:
             raise InputError(path, hint)
         specs.append(f"{path}={stem(path)}" if name is None and Path(path).is_dir() else spec)
     logs = list(iter_log_paths(specs)) if specs else []
+    archived = _read_archives(archives, opts)
+    logs += [(path, name) for name, (path, _) in archived.items()]
     others = [("metrics", *split_spec(s)) for s in metrics_specs]
     others += [("bench", *split_spec(s)) for s in bench_specs]
     named_logs, resolved = _resolve_names(logs, others)
@@ -120,6 +139,11 @@ def load_inputs(
 
     skipped: list[tuple[str, SourceSummary]] = []  # (why, its summary)
     for path, name in named_logs:
+        if name in archived and archived[name][0] == path:
+            frames = archived[name][1]
+            entry(name).logs.append(frames)
+            entry(name).sources.append(archive_summary(frames, name))
+            continue
         frames = parse_path(path, deployment=name, options=opts.parse)
         if not sniff.holds_vllm(frames.record_counts()):
             skipped.append(_skipped(frames, name, path))
@@ -174,6 +198,54 @@ def load_inputs(
     for name, parts in latency_frames.items():
         by_name[name].latencies = pl.concat(parts, how="vertical")
     return list(by_name.values())
+
+
+def iter_inputs(
+    log_specs: Sequence[str],
+    metrics_specs: Sequence[str] = (),
+    bench_specs: Sequence[str] = (),
+    *,
+    options: LoadOptions | None = None,
+    fleet: Fleet | None = None,
+) -> Iterator[DeploymentInputs]:
+    """As load_inputs, plus every server of a Prometheus (`fleet`), read one at a time."""
+    given = bool(log_specs or metrics_specs or bench_specs)
+    if fleet is None or given:
+        local = load_inputs(log_specs, metrics_specs, bench_specs, options=options)
+    else:
+        local = []
+    yield from (join_local(fleet, local) if fleet is not None else local)
+
+
+def _read_archives(
+    archives: Sequence[tuple[str, str | None]], opts: LoadOptions
+) -> dict[str, tuple[str, LogFrames]]:
+    """Per deployment: (archive path, its frames); ARCHIVE=NAME reads only NAME's partitions."""
+    found: dict[str, tuple[str, LogFrames]] = {}
+    for path, name in archives:
+        frames = archive.read_archive(
+            path,
+            deployments=[name] if name is not None else None,
+            start=opts.archive_start,
+            end=opts.archive_end,
+        )
+        for deployment, item in frames.items():
+            if deployment in found:
+                raise ConfigError(f"{path}: deployment {deployment} is in two archives")
+            found[deployment] = (path, item)
+    return found
+
+
+def archive_summary(frames: LogFrames, name: str) -> SourceSummary:
+    return SourceSummary(
+        path=frames.source,
+        kind="log",
+        deployment=name,
+        records=frames.record_counts(),
+        vllm_version=frames.vllm_version,
+        log_era=frames.log_era,
+        notes=["read back from a Parquet archive (parse --out): its line counts are not stored"],
+    )
 
 
 # -------------------------------------------------------------------------------------------

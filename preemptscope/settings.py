@@ -21,6 +21,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from preemptscope.errors import ConfigError
+from preemptscope.k8s import downward_api_name, name_from_log_path
 
 ENV_PREFIX = "PREEMPTSCOPE_"
 # Not vLLM's 8000 (the service usually runs next to vLLM), not an allocated exporter port.
@@ -171,6 +172,42 @@ SETTINGS: tuple[Setting, ...] = (
         " bomb is refused, counted as a failed scrape).",
     ),
     Setting(
+        "prometheus",
+        "str",
+        None,
+        "Read every vLLM server's samples from this Prometheus HTTP API (or Thanos, Mimir, ...)"
+        " instead of scraping pods: one central service for a fleet, each server named"
+        " namespace/pod (docs/fleet.md).",
+        metavar="URL",
+    ),
+    Setting(
+        "prometheus_selector",
+        "str",
+        None,
+        "With --prometheus: label matchers added to every query, e.g. '{namespace=\"llm\"}'.",
+        metavar="SELECTOR",
+    ),
+    Setting(
+        "prometheus_interval",
+        "duration",
+        30.0,
+        "With --prometheus: how often new samples are read (and new servers discovered).",
+    ),
+    Setting(
+        "prometheus_token_file",
+        "str",
+        None,
+        "With --prometheus: bearer token for the Prometheus API, read from this file.",
+        metavar="PATH",
+    ),
+    Setting(
+        "prometheus_ca_file",
+        "str",
+        None,
+        "With --prometheus: PEM CA bundle for an https Prometheus.",
+        metavar="PATH",
+    ),
+    Setting(
         "start_at",
         "choice",
         "beginning",
@@ -259,6 +296,11 @@ class ServeSettings:
     log_format: str
     access_log: bool
     ready_after: float
+    prometheus: str | None = None
+    prometheus_selector: str | None = None
+    prometheus_interval: float = 30.0
+    prometheus_token_file: str | None = None  # checked readable and non-empty here
+    prometheus_ca_file: str | None = None
     origins: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -536,6 +578,11 @@ def _build(values: dict[str, Any], origins: dict[str, str]) -> ServeSettings:
         log_format=values["log_format"],
         access_log=values["access_log"],
         ready_after=values["ready_after"],
+        prometheus=values["prometheus"],
+        prometheus_selector=values["prometheus_selector"],
+        prometheus_interval=values["prometheus_interval"],
+        prometheus_token_file=_checked_token_file(values["prometheus_token_file"]),
+        prometheus_ca_file=values["prometheus_ca_file"],
         origins=origins,
     )
 
@@ -559,6 +606,26 @@ def _check_unique(items: Sequence[str], flag: str) -> None:
 
 
 _DEPLOYMENT = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_POD_DEPLOYMENT = re.compile(r"^[A-Za-z0-9_.:-]{1,128}/[A-Za-z0-9_.:-]{1,128}$")
+
+
+def _checked_token_file(path: str | None) -> str | None:
+    if path:
+        prometheus_token(path)
+    return path or None
+
+
+def prometheus_token(path: str | None) -> str | None:
+    """The bearer token in --prometheus-token-file (read when the Prometheus source starts)."""
+    if not path:
+        return None
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--prometheus-token-file {path}: cannot read: {exc}") from None
+    if not token:
+        raise ConfigError(f"--prometheus-token-file {path}: the file is empty")
+    return token
 
 
 def _split_target(item: str, flag: str) -> tuple[str, str | None]:
@@ -567,6 +634,9 @@ def _split_target(item: str, flag: str) -> tuple[str, str | None]:
     # In "http://h/metrics?a=b" the "=" belongs to the query, not to a DEPLOYMENT.
     query = re.split(r"[?&]", head)[-1] if "?" in head else "="
     if sep and head and _DEPLOYMENT.match(tail) and "/" not in tail and "=" in query:
+        return head, tail
+    # namespace/pod, as Kubernetes names a server (unless the whole item is an existing path).
+    if sep and head and _POD_DEPLOYMENT.match(tail) and "=" in query and not Path(item).exists():
         return head, tail
     if sep and not tail:
         raise ConfigError(f"{flag} {item}: empty deployment name after '='")
@@ -577,7 +647,9 @@ def parse_log_target(item: str) -> LogTarget:
     path, deployment = _split_target(item, "--log")
     if not path:
         raise ConfigError(f"--log {item!r}: empty path")
-    return LogTarget(path=path, deployment=deployment or Path(path).stem or path)
+    # Unnamed: a kubelet log path names its pod, a sidecar its own pod (downward API).
+    name = deployment or name_from_log_path(path) or downward_api_name()
+    return LogTarget(path=path, deployment=name or Path(path).stem or path)
 
 
 def parse_scrape_target(item: str) -> ScrapeTarget:
@@ -585,7 +657,8 @@ def parse_scrape_target(item: str) -> ScrapeTarget:
     if not re.match(r"^https?://[^/\s]+", url):
         raise ConfigError(f"--scrape {item!r}: expected an http:// or https:// URL")
     if deployment is None:
-        deployment = re.sub(r"^https?://", "", url).split("/", 1)[0]
+        # A sidecar's local scrape joins its log under the pod's name (downward API).
+        deployment = downward_api_name() or re.sub(r"^https?://", "", url).split("/", 1)[0]
     return ScrapeTarget(url=url, deployment=deployment)
 
 

@@ -7,18 +7,26 @@ one DeploymentInputs; the analysis itself is preemptscope.analysis.analyze.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from preemptscope import settings
-from preemptscope.analysis.analyze import AnalysisParams, DeploymentInputs, analyze
+from preemptscope.analysis.analyze import (
+    AnalysisParams,
+    DeploymentInputs,
+    analyze_deployment,
+    summarise_groups,
+)
 from preemptscope.analysis.kvmodel import gpu_preset, model_preset
 from preemptscope.analysis.render import render_report
 from preemptscope.analysis.report import DeploymentReport, Report, SourceSummary
@@ -26,8 +34,11 @@ from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.sim.whatif import WhatIfOutcome
 from preemptscope.errors import ConfigError, InputError, PreemptscopeError
+from preemptscope.fleet import Fleet, FleetOptions, fleet_html, fleet_rows, fleet_table
+from preemptscope.ingest.archive import is_archive
 from preemptscope.ingest.logs import YEAR_RANGE, ParseOptions
-from preemptscope.inputs import LoadOptions, load_inputs
+from preemptscope.ingest.promapi import PromAuth
+from preemptscope.inputs import LoadOptions, iter_inputs, split_spec
 
 # Severity order for --fail-on: "at_risk" also fails on "over_capacity".
 SEVERITY = {"ok": 0, "at_risk": 1, "over_capacity": 2}
@@ -71,7 +82,8 @@ def register(subparsers: Any) -> None:
         "paths",
         nargs="*",
         metavar="PATH[=NAME]",
-        help="vLLM log files, directories, globs or - (stdin); NAME groups them into a deployment",
+        help="vLLM log files, directories, globs or - (stdin), or a Parquet archive written by "
+        "parse --out; NAME groups them into a deployment (of an archive: reads only NAME)",
     )
     parser.add_argument(
         "--metrics",
@@ -87,6 +99,7 @@ def register(subparsers: Any) -> None:
         metavar="FILE[=NAME]",
         help="vllm bench serve --save-detailed JSON, GuideLLM benchmarks.json, CSV/JSONL rows",
     )
+    add_prometheus_args(parser)
     parser.add_argument("--window", default="60s", help="window length (default 60s)")
     parser.add_argument(
         "--min-episode",
@@ -102,7 +115,11 @@ def register(subparsers: Any) -> None:
         help=f"exit {EXIT_FAIL_ON} when a deployment is in this state (at_risk: or worse)",
     )
     parser.add_argument("--year", type=int, help="year of the log's year-less timestamps")
-    parser.add_argument("--start", help="ISO time of the log's first record (anchors the year)")
+    parser.add_argument(
+        "--start",
+        help="ISO time of the log's first record (anchors the year); with --prometheus, the "
+        "start of the range read",
+    )
     parser.add_argument("--tz", default="UTC", help="IANA zone of the log's timestamps")
     parser.add_argument("--bench-start", help="ISO time the benchmark started (clock alignment)")
     parser.add_argument(
@@ -127,6 +144,107 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def add_prometheus_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("fleet history from Prometheus (or Thanos, Mimir, ...)")
+    group.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read every vLLM server's history from this Prometheus HTTP API base URL",
+    )
+    group.add_argument(
+        "--end",
+        help="with --prometheus: ISO end of the range (default: now); with a Parquet archive "
+        "(parse --out DIR), the end of the time read from it",
+    )
+    group.add_argument(
+        "--since",
+        metavar="DURATION",
+        help="with --prometheus: the range is this long, ending at --end (default 1h)",
+    )
+    group.add_argument(
+        "--selector",
+        metavar="'{label=\"value\",...}'",
+        help="label matchers added to every query, e.g. '{namespace=\"llm\"}'",
+    )
+    group.add_argument(
+        "--group-by",
+        metavar="LABEL,...",
+        help="one deployment per value of these labels (replicas together), "
+        "e.g. namespace,model_name",
+    )
+    group.add_argument("--prometheus-token", metavar="TOKEN", help="bearer token")
+    group.add_argument("--prometheus-token-file", metavar="FILE", help="bearer token from a file")
+    group.add_argument("--prometheus-user", metavar="USER", help="basic auth user")
+    group.add_argument(
+        "--prometheus-password-file", metavar="FILE", help="basic auth password from a file"
+    )
+    group.add_argument("--prometheus-ca-file", metavar="FILE", help="CA bundle (PEM) for https")
+    group.add_argument(
+        "--prometheus-timeout",
+        default="60s",
+        metavar="DURATION",
+        help="total time allowed for each API request (default 60s)",
+    )
+
+
+def _secret(path: str, flag: str) -> str:
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{flag} {path}: cannot read ({exc})") from None
+    if not value:
+        raise ConfigError(f"{flag} {path}: the file is empty")
+    return value
+
+
+def fleet_options(args: argparse.Namespace) -> FleetOptions | None:
+    """The --prometheus flags as FleetOptions; None without --prometheus."""
+    fleet_only = ("since", "selector", "group_by", "prometheus_token",
+                  "prometheus_token_file", "prometheus_user", "prometheus_password_file",
+                  "prometheus_ca_file")  # fmt: skip
+    if not args.prometheus:
+        given = [name for name in fleet_only if getattr(args, name, None)]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise ConfigError(f"{flag} reads from Prometheus: give --prometheus URL too")
+        return None
+    if args.prometheus_token and args.prometheus_token_file:
+        raise ConfigError("give --prometheus-token or --prometheus-token-file, not both")
+    if (args.prometheus_token or args.prometheus_token_file) and args.prometheus_user:
+        raise ConfigError("give a bearer token or basic auth (--prometheus-user), not both")
+    if args.since and args.start:
+        raise ConfigError("give --start or --since, not both")
+    end = parse_time(args.end) if args.end else datetime.now(UTC)
+    start = (
+        parse_time(args.start)
+        if args.start
+        else end - timedelta(seconds=parse_duration(args.since or "1h"))
+    )
+    token = args.prometheus_token
+    if args.prometheus_token_file:
+        token = _secret(args.prometheus_token_file, "--prometheus-token-file")
+    password = None
+    if args.prometheus_password_file:
+        if not args.prometheus_user:
+            raise ConfigError("--prometheus-password-file needs --prometheus-user")
+        password = _secret(args.prometheus_password_file, "--prometheus-password-file")
+    group_by = tuple(x.strip() for x in (args.group_by or "").split(",") if x.strip())
+    return FleetOptions(
+        url=args.prometheus,
+        start=start,
+        end=end,
+        selector=args.selector,
+        group_by=group_by,
+        auth=PromAuth(
+            token=token,
+            username=args.prometheus_user,
+            password=password,
+            ca_file=args.prometheus_ca_file,
+        ),
+        timeout_s=parse_duration(args.prometheus_timeout),
+    )
+
+
 def fails(report: Report, fail_on: str | None) -> bool:
     if fail_on is None:
         return False
@@ -137,9 +255,14 @@ def fails(report: Report, fail_on: str | None) -> bool:
 
 
 def write_html(
-    report: Report, path: str, *, whatif: dict[str, list[WhatIfOutcome]] | None = None
+    report: Report,
+    path: str,
+    *,
+    whatif: dict[str, list[WhatIfOutcome]] | None = None,
+    overview: str | None = None,
 ) -> None:
-    """Write the HTML report; `whatif`: per deployment, a max_num_seqs sweep to draw."""
+    """Write the HTML report; `whatif`: per deployment, a max_num_seqs sweep to draw;
+    `overview`: an HTML section for the top (the fleet table)."""
     try:
         # Imported here: the dashboards package is optional for the terminal and JSON report.
         html = importlib.import_module("preemptscope.dashboards.html")
@@ -149,7 +272,7 @@ def write_html(
             f"--html needs preemptscope.dashboards.html, which is not available ({exc})"
         ) from None
     curves = {name: figures.whatif_points(outcomes) for name, outcomes in (whatif or {}).items()}
-    html.write_report_html(report, path, whatif=curves)
+    html.write_report_html(report, path, whatif=curves, overview=overview or "")
 
 
 def parse_sweep(text: str) -> list[int]:
@@ -206,7 +329,19 @@ def whatif_sweeps(
     return sweeps, notes
 
 
+@dataclass
+class Built:
+    inputs: list[DeploymentInputs]
+    report: Report
+    fleet: dict[str, Any] | None = None  # the JSON `fleet` object with --prometheus
+
+
 def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Report]:
+    built = build(args)
+    return built.inputs, built.report
+
+
+def build(args: argparse.Namespace) -> Built:
     skipped: list[SourceSummary] = []
 
     def skip(source: SourceSummary) -> None:
@@ -214,25 +349,70 @@ def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Repo
         if args.json:  # the terminal report shows the note under its sources table
             print(f"preemptscope: warning: {source.path}: {source.notes[-1]}", file=sys.stderr)
 
+    fleet = fleet_options(args)
+    # A fleet's verdicts are as of the end of the range asked for, not of each server's data.
+    now = parse_time(args.now) if args.now else fleet.end if fleet is not None else None
     params = AnalysisParams(
         window_s=parse_duration(args.window),
         min_episode_s=parse_duration(args.min_episode),
-        now=parse_time(args.now) if args.now else None,
+        now=now,
     )
     options = LoadOptions(
         parse=ParseOptions(
             year=args.year,
-            start=parse_time(args.start) if args.start else None,
+            # With --prometheus, --start is the range's start, not the log's first record.
+            start=parse_time(args.start) if args.start and fleet is None else None,
             tz=args.tz,
         ),
         bench_start=parse_time(args.bench_start) if args.bench_start else None,
+        # Without --prometheus, --start/--end also select the time range of Parquet archives.
+        archive_start=parse_time(args.start) if args.start and fleet is None else None,
+        archive_end=parse_time(args.end) if args.end and fleet is None else None,
         on_skip=skip,
     )
-    inputs = load_inputs(args.paths, args.metrics, args.bench, options=options)
-    report = analyze(inputs, params)
-    # Inputs that held no vLLM line stay in the sources, each with a note saying why.
-    sources = [*report.sources, *skipped]
-    return inputs, dataclasses.replace(report, generated_at=datetime.now(UTC), sources=sources)
+    if args.end and fleet is None and not any(is_archive(split_spec(p)[0]) for p in args.paths):
+        raise ConfigError("--end ends the range read from --prometheus or a Parquet archive")
+    inputs: list[DeploymentInputs] = []
+    deployments: list[DeploymentReport] = []
+    with contextlib.ExitStack() as stack:
+        servers = stack.enter_context(Fleet(fleet)) if fleet is not None else None
+        items = iter_inputs(args.paths, args.metrics, args.bench, options=options, fleet=servers)
+        for item in items:
+            deployments.append(analyze_deployment(item, params))
+            # Analyzed one at a time: dropped before the next is read, so a fleet's samples
+            # never sit in memory together (logs and client results are kept: small).
+            item.metrics = None
+            inputs.append(item)
+    report = Report(
+        deployments=deployments,
+        # Inputs that held no vLLM line stay in the sources, each with a note saying why.
+        sources=[*(source for item in inputs for source in item.sources), *skipped],
+        parameters=params.to_dict(),
+        groups=summarise_groups(deployments),
+    )
+    report = dataclasses.replace(report, generated_at=datetime.now(UTC))
+    summary = None
+    if fleet is not None and servers is not None:
+        summary = {
+            "prometheus": fleet.url,
+            "start": fleet.start.isoformat(),
+            "end": fleet.end.isoformat(),
+            "selector": fleet.selector,
+            "group_by": list(fleet.group_by),
+            "servers": fleet_rows(report, servers.groups),
+        }
+    return Built(inputs, report, summary)
+
+
+def _fleet_title(summary: dict[str, Any]) -> str:
+    rows = summary["servers"]
+    over = sum(1 for r in rows if r["verdict"] == "over_capacity")
+    risk = sum(1 for r in rows if r["verdict"] == "at_risk")
+    return (
+        f"Fleet: {len(rows)} deployment{'s' if len(rows) != 1 else ''} from "
+        f"{summary['prometheus']}, {summary['start'][:16]} to {summary['end'][:16]} UTC "
+        f"({over} over capacity, {risk} at risk)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -240,7 +420,8 @@ def run(args: argparse.Namespace) -> int:
     if values and not args.html:
         raise ConfigError("--whatif-sweep draws in the HTML report: give --html FILE too")
     try:
-        inputs, report = build_report(args)
+        built = build(args)
+        inputs, report = built.inputs, built.report
     except ValueError as exc:  # e.g. an invalid --window combination
         raise ConfigError(str(exc)) from None
     except OSError as exc:
@@ -253,12 +434,21 @@ def run(args: argparse.Namespace) -> int:
             )
             for note in notes:
                 Console(stderr=True).print(note)
-        write_html(report, args.html, whatif=sweeps)
+        overview = None
+        if built.fleet is not None:
+            overview = fleet_html(built.fleet["servers"], _fleet_title(built.fleet))
+        write_html(report, args.html, whatif=sweeps, overview=overview)
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        out = report.to_dict()
+        if built.fleet is not None:
+            out["fleet"] = built.fleet
+        json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render_report(report, Console())
+        console = Console()
+        if built.fleet is not None:
+            console.print(fleet_table(built.fleet["servers"], _fleet_title(built.fleet)))
+        render_report(report, console)
         if args.html:
             print(f"HTML report: {args.html}")
     return EXIT_FAIL_ON if fails(report, args.fail_on) else 0

@@ -106,8 +106,10 @@ def run(args: argparse.Namespace) -> int:
 
     config = settings_mod.resolve(args)
     configure_logging(config.log_level, config.log_format)
-    if not config.logs and not config.scrapes:
-        raise ConfigError("nothing to watch: give at least one --log PATH or --scrape URL")
+    if not config.logs and not config.scrapes and not config.prometheus:
+        raise ConfigError(
+            "nothing to watch: give at least one --log PATH, --scrape URL or --prometheus URL"
+        )
     try:
         sock = bind(config.host, config.port)
     except socket.gaierror as exc:

@@ -1,0 +1,380 @@
+"""A fleet from Prometheus: discover every vLLM server in a time range, read its samples.
+
+Servers are found from their series (`vllm:`, `ray_vllm_` and `ray_vllm:` names, old and new)
+and named from their labels: `namespace/pod` when both are present, else `pod`, `instance`,
+`job`. `group_by` joins servers that share those label values into one deployment (replicas
+stay separate series, each its own `source`). Each server's samples are read raw, chunk by
+chunk, into the METRIC_SAMPLES frame `/metrics` snapshots give, so the analysis is the same.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+from rich.table import Table
+
+from preemptscope.analysis import latency
+from preemptscope.analysis.analyze import DeploymentInputs
+from preemptscope.analysis.events import RESTART_COUNTERS
+from preemptscope.analysis.report import Report, SourceSummary, Window
+from preemptscope.analysis.windows import (
+    M_GENERATION_TOKENS,
+    M_KV,
+    M_PREEMPTIONS,
+    M_PROMPT_TOKENS,
+    M_RUNNING,
+    M_WAITING,
+    M_WAITING_BY_REASON,
+)
+from preemptscope.errors import ConfigError
+from preemptscope.ingest import promapi
+from preemptscope.ingest.metrics import PREFIXES, RENAMES, canonical_name
+
+__all__ = [
+    "Fleet",
+    "FleetOptions",
+    "Server",
+    "discover",
+    "fleet_html",
+    "fleet_rows",
+    "fleet_table",
+    "join_local",
+    "needed_metrics",
+]
+
+# The labels that name a server, most specific first.
+IDENTITY = (("namespace", "pod"), ("pod",), ("instance",), ("job",))
+# A vLLM server has at least one of these (canonical names).
+CORE = (M_RUNNING, M_KV, M_PREEMPTIONS, M_WAITING)
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def needed_metrics() -> tuple[str, ...]:
+    """Canonical names the analysis reads (windows, latency, events, capacity)."""
+    names = [
+        M_PREEMPTIONS,
+        M_KV,
+        M_RUNNING,
+        M_WAITING,
+        M_WAITING_BY_REASON,
+        M_PROMPT_TOKENS,
+        M_GENERATION_TOKENS,
+        *RESTART_COUNTERS,
+        "cache_config_info",
+        "request_prompt_tokens",
+        "request_generation_tokens",
+        *(name for names in latency.HISTOGRAM_METRICS.values() for name in names),
+    ]
+    return tuple(dict.fromkeys(names))
+
+
+def _name_regex(canonical: Sequence[str]) -> str:
+    """A PromQL regex for every exposed spelling of these canonical names."""
+    bases = set(canonical)
+    bases |= {old for old, new in RENAMES.items() if new in bases}
+    prefixes = "|".join(re.escape(p) for p in PREFIXES)
+    return f"({prefixes})({'|'.join(sorted(bases))})(_total|_bucket|_sum|_count|_created)?"
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    url: str
+    start: datetime
+    end: datetime
+    selector: str | None = None
+    group_by: tuple[str, ...] = ()
+    auth: promapi.PromAuth = field(default_factory=promapi.PromAuth)
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise ValueError("start and end must be timezone-aware")
+        if self.end <= self.start:
+            raise ConfigError(f"--end {self.end.isoformat()} is not after --start")
+        for label in self.group_by:
+            if not _LABEL.match(label):
+                raise ConfigError(f"--group-by {label!r}: not a Prometheus label name")
+
+
+@dataclass(frozen=True)
+class Server:
+    """One scrape target: the matchers that select it and the names it exposes."""
+
+    name: str
+    matchers: tuple[tuple[str, str], ...]
+    labels: dict[str, str]  # the labels all its series share (namespace, pod, model_name, ...)
+    names: tuple[str, ...]  # exposed metric names the analysis needs
+
+    def selector(self, extra: str) -> str:
+        parts = [f"__name__=~{promapi.quote('|'.join(self.names))}"]
+        parts += [f"{key}={promapi.quote(value)}" for key, value in self.matchers]
+        if extra:
+            parts.append(extra)
+        return "{" + ",".join(parts) + "}"
+
+
+def _identity(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    for keys in IDENTITY:
+        if all(key in labels for key in keys):
+            return tuple((key, labels[key]) for key in keys)
+    return ()
+
+
+def discover(client: promapi.PromClient, options: FleetOptions) -> list[Server]:
+    """Every vLLM server with a sample in the range, in name order."""
+    extra = promapi.matchers(options.selector)
+    match = "{" + ",".join([f"__name__=~{promapi.quote(_name_regex(needed_metrics()))}"]
+                           + ([extra] if extra else [])) + "}"  # fmt: skip
+    found = client.series([match], options.start, options.end)
+    by_identity: dict[tuple[tuple[str, str], ...], list[dict[str, str]]] = {}
+    for labels in found:
+        by_identity.setdefault(_identity(labels), []).append(labels)
+    servers = []
+    for identity, series in by_identity.items():
+        names = sorted({s["__name__"] for s in series})
+        if not any(_canonical(n) in CORE for n in names):
+            continue
+        shared = dict(series[0])
+        for other in series[1:]:
+            shared = {k: v for k, v in shared.items() if other.get(k) == v}
+        shared.pop("__name__", None)
+        models = sorted({s["model_name"] for s in series if "model_name" in s})
+        if models:
+            shared.setdefault("model_name", ",".join(models))
+        name = "/".join(value for _, value in identity) or "prometheus"
+        servers.append(Server(name, identity, shared, tuple(names)))
+    return sorted(servers, key=lambda s: s.name)
+
+
+def _canonical(exposed: str) -> str:
+    for suffix in ("_bucket", "_sum", "_count", "_created"):
+        if exposed.endswith(suffix):
+            return canonical_name(exposed.removesuffix(suffix))
+    return canonical_name(exposed)
+
+
+def group_name(server: Server, group_by: Sequence[str]) -> str:
+    if not group_by:
+        return server.name
+    return "/".join(server.labels.get(label) or "-" for label in group_by)
+
+
+class Fleet:
+    """The servers of one Prometheus and range, discovered up front, read one group at a time.
+
+    Raises PrometheusError (unreachable, HTTP error, bad selector, no vLLM server found).
+    """
+
+    def __init__(self, options: FleetOptions, *, client: promapi.PromClient | None = None):
+        self.options = options
+        self._own = client is None
+        self.client = client or promapi.PromClient(
+            options.url, auth=options.auth, timeout=options.timeout_s
+        )
+        try:
+            servers = discover(self.client, options)
+        except BaseException:
+            self.close()
+            raise
+        if not servers:
+            self.close()
+            where = f" matching {options.selector}" if options.selector else ""
+            raise promapi.PrometheusError(
+                self.client.url,
+                f"no vLLM server{where} between {options.start.isoformat()} and "
+                f"{options.end.isoformat()} (looked for vllm:, ray_vllm_ series)",
+            )
+        self.groups: dict[str, list[Server]] = {}
+        for server in servers:
+            self.groups.setdefault(group_name(server, options.group_by), []).append(server)
+
+    def close(self) -> None:
+        if self._own:
+            self.client.close()
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def read(self, name: str) -> DeploymentInputs:
+        return read_group(self.client, name, self.groups[name], self.options)
+
+
+def join_local(fleet: Fleet, local: Sequence[DeploymentInputs]) -> Iterator[DeploymentInputs]:
+    """Each group's inputs, with the logs and client results named after it (PATH=NAME).
+
+    Read lazily: one group's samples are in memory while the caller analyzes it.
+    """
+    by_name = {item.name: item for item in local}
+    stray = [name for name in by_name if name not in fleet.groups]
+    if stray:
+        known = ", ".join(list(fleet.groups)[:8]) + (", ..." if len(fleet.groups) > 8 else "")
+        raise ConfigError(
+            f"{', '.join(stray)}: no server of that name in Prometheus; name each log or "
+            f"bench file after its server with PATH=NAME (servers: {known})"
+        )
+    for name in fleet.groups:
+        item = fleet.read(name)
+        extra = by_name.get(name)
+        if extra is not None:
+            item.logs.extend(extra.logs)
+            item.sources[:0] = extra.sources
+            item.latencies = extra.latencies
+            if extra.metrics is not None and item.metrics is not None:
+                item.metrics = pl.concat([extra.metrics, item.metrics]).sort(
+                    "timestamp", maintain_order=True
+                )
+        yield item
+
+
+def read_group(
+    prom: promapi.PromClient, name: str, members: Sequence[Server], options: FleetOptions
+) -> DeploymentInputs:
+    """The samples of every replica of one deployment, each replica its own source."""
+    extra = promapi.matchers(options.selector)
+    target = DeploymentInputs(name)
+    frames = []
+    for server in members:
+        selector = server.selector(extra)
+        chunks = list(prom.raw(selector, options.start, options.end))
+        drop = {*server.labels, *(key for key, _ in server.matchers), "job", "instance"}
+        drop -= {"model_name", "engine"}
+        source = f"{prom.url} {{{','.join(f'{k}={promapi.quote(v)}' for k, v in server.matchers)}}}"
+        frame = promapi.series_frame(chunks, source=source, deployment=name, drop=drop)
+        frames.append(frame)
+        target.sources.append(
+            SourceSummary(
+                path=source,
+                kind="metrics",
+                deployment=name,
+                records={
+                    "samples": frame.height,
+                    "scrapes": frame["timestamp"].n_unique() if frame.height else 0,
+                    "series": frame.select(
+                        "metric", "sample", "le", "model_name", "engine", "labels"
+                    ).n_unique()
+                    if frame.height
+                    else 0,
+                },
+            )
+        )
+    target.metrics = pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
+    return target
+
+
+# --- The fleet overview: one row per deployment, from the report's own values ---------------
+
+_SEVERITY = {"over_capacity": 0, "at_risk": 1, "insufficient_data": 2, "ok": 3}
+
+
+def _worst_window(windows: Sequence[Window]) -> Window | None:
+    """The window with the most preemptions (then the fullest KV cache); None without windows."""
+    candidates = [w for w in windows if w.samples]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda w: (w.preemptions or 0, w.kv_usage_max or 0.0))
+
+
+def fleet_rows(report: Report, servers: Mapping[str, Sequence[Server]]) -> list[dict[str, Any]]:
+    """Per deployment, worst first: verdict, worst window, preemptions and its p99/mean.
+
+    Every value is one of the report's (the JSON `fleet.servers`, the terminal table and the
+    HTML overview all read these rows).
+    """
+    rows = []
+    for d in report.deployments:
+        worst = _worst_window(d.windows)
+        metric = d.correlation.metric
+        tail = None
+        if worst is not None:
+            names = [metric] if metric else []
+            names += [n for n in ("itl", "e2e", "tpot", "ttft") if n not in names]
+            tail = next(
+                (
+                    (name, worst.latency[name])
+                    for name in names
+                    if name in worst.latency and worst.latency[name].p99_over_mean is not None
+                ),
+                None,
+            )
+        members = servers.get(d.name, ())
+        models = sorted({s.labels["model_name"] for s in members if "model_name" in s.labels})
+        rows.append(
+            {
+                "name": d.name,
+                "model_name": ",".join(models) or None,
+                "replicas": [s.name for s in members],
+                "verdict": d.verdict.state,
+                "preemptions": d.preemptions.total,
+                "worst_window": worst.start.isoformat() if worst is not None else None,
+                "worst_window_preemptions": worst.preemptions if worst is not None else None,
+                "worst_window_kv_usage_max": worst.kv_usage_max if worst is not None else None,
+                "worst_window_p99_over_mean": tail[1].p99_over_mean if tail else None,
+                "worst_window_latency_metric": tail[0] if tail else None,
+            }
+        )
+    return sorted(
+        rows, key=lambda r: (_SEVERITY.get(r["verdict"], 9), -(r["preemptions"] or 0), r["name"])
+    )
+
+
+def _cells(row: Mapping[str, Any]) -> list[str]:
+    kv = row["worst_window_kv_usage_max"]
+    when = row["worst_window"]
+    worst = "-"
+    if when is not None:
+        facts = []
+        if row["worst_window_preemptions"] is not None:
+            facts.append(f"{row['worst_window_preemptions']} preempted")
+        if kv is not None:
+            facts.append(f"KV {kv:.0%}")
+        worst = when[5:16].replace("T", " ") + (f" ({', '.join(facts)})" if facts else "")
+    ratio = row["worst_window_p99_over_mean"]
+    tail = f"{ratio:.1f} ({row['worst_window_latency_metric']})" if ratio is not None else "-"
+    total = row["preemptions"]
+    return [
+        row["name"],
+        row["model_name"] or "-",
+        row["verdict"],
+        worst,
+        "-" if total is None else str(total),
+        tail,
+    ]
+
+
+FLEET_COLUMNS = ("server", "model", "verdict", "worst window (UTC)", "preemptions", "p99/mean")
+
+
+def fleet_table(rows: Sequence[Mapping[str, Any]], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name in FLEET_COLUMNS:
+        table.add_column(name, justify="right" if name == "preemptions" else "left")
+    styles = {"over_capacity": "bold red", "at_risk": "yellow", "ok": "green"}
+    for row in rows:
+        table.add_row(*_cells(row), style=styles.get(row["verdict"]))
+    return table
+
+
+def fleet_html(rows: Sequence[Mapping[str, Any]], title: str) -> str:
+    """A self-contained overview section for the top of the HTML report."""
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in FLEET_COLUMNS)
+    body = []
+    for row in rows:
+        cells = _cells(row)
+        state = html.escape(row["verdict"])
+        cells_html = "".join(f"<td>{html.escape(c)}</td>" for c in cells[:2])
+        cells_html += f'<td><span class="badge state-{state}">{state}</span></td>'
+        cells_html += "".join(f"<td>{html.escape(c)}</td>" for c in cells[3:])
+        body.append(f"<tr>{cells_html}</tr>")
+    return (
+        f'<section class="panel" id="fleet"><h3>{html.escape(title)}</h3>'
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></section>"
+    )

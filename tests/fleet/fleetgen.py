@@ -1,0 +1,252 @@
+"""A simulated vLLM fleet with Kubernetes labels, as /metrics snapshots and as Prometheus history.
+
+Each server's history is the scheduler simulator's exposition output (analysis/sim/writers.py)
+over days: quiet traffic, daily busy hours and surges, on an A10G (too little KV cache for the
+surges) or an A100-40G. The same texts are written as snapshot files (`report --metrics`) and
+as one OpenMetrics file with namespace/pod/instance/job/container labels and timestamps, which
+`promtool tsdb create-blocks-from openmetrics` turns into TSDB blocks for a real Prometheus.
+Used by tests/fleet/ and bench/bench_fleet.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS
+from preemptscope.analysis.sim import writers
+from preemptscope.analysis.sim.config import SimConfig
+from preemptscope.analysis.sim.engine import simulate
+from preemptscope.analysis.sim.scenarios import chat_traffic
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+START = datetime(2026, 11, 2, tzinfo=UTC)
+MODEL_NAME = "llama-8b"
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    gpu: str
+    surge_last_day: bool  # a surge that ends 30 min before the history does
+
+
+PROFILES = (
+    Profile("chat", "A10G", surge_last_day=True),  # over capacity now
+    Profile("big", "A100-40G", surge_last_day=True),  # same traffic, KV to spare
+    Profile("old", "A10G", surge_last_day=False),  # over capacity on day 1 only
+)
+
+
+@dataclass(frozen=True)
+class FleetServer:
+    namespace: str
+    pod: str
+    instance: str
+    start: datetime
+    shift: timedelta
+    rendered: list[tuple[datetime, str]]  # the simulation's snapshots, before the shift
+
+    @property
+    def texts(self) -> list[tuple[datetime, str]]:
+        return [(when + self.shift, text) for when, text in self.rendered]
+
+    @property
+    def name(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
+def schedule(days: float, profile: Profile) -> list[tuple[float, float]]:
+    """A trickle, two busy hours a day at 0.3 req/s and a one-hour surge at 1.0 req/s."""
+    points: list[tuple[float, float]] = [(0.0, 0.01)]
+    end = days * 86400
+    for day in range(int(days + 0.999)):
+        base = day * 86400
+        busy = base + 10 * HOUR
+        if busy + 2 * HOUR < end:
+            points += [(busy, 0.3), (busy + 2 * HOUR, 0.01)]
+        last = day == int(days + 0.999) - 1
+        surge = end - 1.5 * HOUR if last else base + 14 * HOUR
+        if surge + HOUR < end and (not last or profile.surge_last_day) and (last or day == 0):
+            points += [(surge, 1.0), (surge + HOUR, 0.01)]
+    return sorted(points)
+
+
+def build_fleet(
+    *,
+    servers: int = 24,
+    days: float = 2.0,
+    interval: float = 60.0,
+    seeds: int = 2,
+    start: datetime = START,
+) -> list[FleetServer]:
+    """`servers` servers cycling over PROFILES x `seeds` simulations, each its own time shift."""
+    rendered: dict[tuple[int, int], list[tuple[datetime, str]]] = {}
+    model = MODEL_PRESETS["llama-3.1-8b"]
+    fleet = []
+    for i in range(servers):
+        p, seed = i % len(PROFILES), (i // len(PROFILES)) % seeds
+        profile = PROFILES[p]
+        if (p, seed) not in rendered:
+            config = SimConfig(
+                model=model, gpu=GPU_PRESETS[profile.gpu], max_num_seqs=128, max_model_len=8192
+            )
+            traffic = chat_traffic(
+                duration=days * 86400, rate_schedule=schedule(days, profile), seed=seed
+            )
+            result = simulate(traffic, config, record_tokens=False)
+            rendered[(p, seed)] = writers.render_metrics_snapshots(
+                result, start=start, interval=interval, model_name=MODEL_NAME
+            )
+        shift = timedelta(seconds=(i // (len(PROFILES) * seeds)) * 7 * 60 + i)
+        fleet.append(
+            FleetServer(
+                namespace="llm" if i % 2 == 0 else "batch",
+                pod=f"{profile.name}-{i:03d}",
+                instance=f"10.0.{i // 250}.{i % 250 + 1}:8000",
+                start=start + shift,
+                shift=shift,
+                rendered=rendered[(p, seed)],
+            )
+        )
+    return fleet
+
+
+def write_snapshots(server: FleetServer, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for when, text in server.texts:
+        (directory / f"{when:%Y-%m-%dT%H-%M-%S}Z.prom").write_text(text)
+    return directory
+
+
+def _families(text: str) -> list[tuple[str, str, list[str]]]:
+    """(family, type, sample lines) of one exposition, in order."""
+    out: list[tuple[str, str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(None, 3)
+            out.append((name, kind, []))
+        elif line and not line.startswith("#"):
+            out[-1][2].append(line)
+    return out
+
+
+def write_openmetrics(fleet: list[FleetServer], path: Path) -> None:
+    """Every server's history as one OpenMetrics file, families contiguous (as the format asks)."""
+    parsed: dict[int, list[tuple[float, list[tuple[str, str, list[str]]]]]] = {}
+    for server in fleet:
+        if id(server.rendered) not in parsed:
+            parsed[id(server.rendered)] = [
+                (when.timestamp(), _families(text)) for when, text in server.rendered
+            ]
+    first = next(iter(parsed.values()))[0][1]
+    with path.open("w") as out:
+        for f, (family, kind, _) in enumerate(first):
+            om_name = family.removesuffix("_total") if kind == "counter" else family
+            out.write(f"# TYPE {om_name} {kind}\n")
+            for server in fleet:
+                extra = (
+                    f'namespace="{server.namespace}",pod="{server.pod}",'
+                    f'instance="{server.instance}",job="vllm",container="vllm"'
+                )
+                shift = server.shift.total_seconds()
+                per_series: dict[str, list[str]] = {}
+                for stamp, families in parsed[id(server.rendered)]:
+                    when = f" {stamp + shift:.3f}\n"
+                    for line in families[f][2]:
+                        key, value = line.rsplit(" ", 1)
+                        per_series.setdefault(key, []).append(f"{value}{when}")
+                for key, values in per_series.items():
+                    name, brace, rest = key.partition("{")
+                    prefix = f"{name}{{{extra},{rest} " if brace else f"{name}{{{extra}}} "
+                    out.writelines(prefix + v for v in values)
+        out.write("# EOF\n")
+
+
+def backfill(openmetrics: Path, tsdb: Path) -> None:
+    assert PROMTOOL is not None
+    tsdb.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        # One block over the whole span: promtool reads the input once per block (default 2h).
+        [
+            PROMTOOL,
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "--max-block-duration=10000h",
+            "-q",
+            str(openmetrics),
+            str(tsdb),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def running_prometheus(
+    tsdb: Path, workdir: Path, *, web_config: Path | None = None, ready: httpx.Client | None = None
+) -> Iterator[str]:
+    """Debian's prometheus on 127.0.0.1 serving `tsdb` (scraping nothing); yields its URL.
+
+    `web_config`: Prometheus' web configuration (TLS, basic auth); `ready` then is a client
+    able to pass it, used to wait for /-/ready.
+    """
+    assert PROMETHEUS is not None
+    config = workdir / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
+    port = free_port()
+    err = (workdir / "prometheus.err").open("w")
+    argv = [
+        PROMETHEUS,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={tsdb}",
+        "--storage.tsdb.retention.time=100y",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    if web_config is not None:
+        argv.append(f"--web.config.file={web_config}")
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+    tls = web_config is not None and "tls_server_config" in web_config.read_text()
+    scheme = "https" if tls else "http"
+    url = f"{scheme}://127.0.0.1:{port}"
+    probe = ready or httpx.Client()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if probe.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"prometheus did not start: {(workdir / 'prometheus.err')}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        if ready is None:
+            probe.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        err.close()
