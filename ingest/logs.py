@@ -131,13 +131,16 @@ _ENVELOPE_CUE = (
 _KIND_LITERALS = sorted(_lines.KIND_LITERALS)
 # Plain program output the per-line path reads (tracebacks, progress bars; an indented line
 # may be a frame's code line).
-# A superset of what they match, by key words (the patterns themselves, also behind a quote
-# bar or a compose prefix, compile to a Rust regex over its size limit): a traceback's header,
-# chained-exception line, `File "` line, `^~~~` marker line, exception or warning line, a
-# progress bar's percentage, an indented code line.
-_PLAIN_CUE = r"Traceback|exception|File \"|[\^~]\s*$|Error|Exception|Exit|Interrupt|Warning|%|  "
-assert all(name in ("traceback", "warning", "progress") for name, _pattern in cat.PLAIN_LINES), (
-    "a new plain-line kind needs its key word in _PLAIN_CUE"
+# The catalogue's patterns behind an optional lead that is a superset of what _lines allows
+# in front (a few symbols such as a quote bar, a compose prefix), with ASCII classes: the
+# Unicode ones compile past the Rust regex size limit. `  ` at the start or behind a compose
+# bar: a traceback frame's code line.
+_PLAIN_LEAD = r"^(?:[^A-Za-z0-9_\n]{1,8} *|[^\s|]{1,81} +\| )?"
+_PLAIN_CUE = (
+    _PLAIN_LEAD
+    + "(?:"
+    + "|".join(pattern.removeprefix("^") for _name, pattern in cat.PLAIN_LINES)
+    + ")|^  |\\|  "
 )
 _UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
 _STATS_VALID = (
