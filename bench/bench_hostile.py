@@ -100,7 +100,7 @@ def main() -> None:
         )
         print("|---|---|---|---|---|---|---|---|")
         print(
-            f"start-up floor (an empty file): parse {floor['parse']:.2f} s,"
+            f"start-up floor (a one-line log): parse {floor['parse']:.2f} s,"
             f" report {floor['report']:.2f} s, taken off below"
         )
 
