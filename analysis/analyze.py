@@ -117,9 +117,12 @@ def summarise_groups(deployments: Sequence[DeploymentReport]) -> list[GroupSumma
             for d in members
             if d.capacity.peak_running is not None
         )
+        exact = total is not None and all(d.preemptions.exact for d in servers)
+        quality = "exact" if exact else "lower bound"
         message = (
             f"group {name}: {len(members)} members ({each}); {over} over capacity; "
-            + (f"preemptions {total} (the members' counts added)" if total is not None else
+            + (f"preemptions {total} ({quality}, the members' counts added)"
+               if total is not None else
                "no group preemption total (not every member has a count)")
             + (f"; peak running per server: {running} (not added: separate engines)"
                if running else "")
@@ -408,9 +411,16 @@ def run_evidence(
             shown.append(f"p99/mean {stats.p99_over_mean:.2f}")
             value = stats.p99_over_mean
         figures = f"; whole-run {chosen} " + ", ".join(shown) if shown else ""
+    # vllm bench labels an unlabelled run by its request rate: say so rather than "run 4.0".
+    rate = run.request_rate
+    named = (
+        f"at {rate:g} req/s offered"
+        if rate is not None and run.label in (str(rate), f"{rate:g}")
+        else run.label
+    )
     return Evidence(
         "client_run",
-        f"client run {run.label}{when}: " + " ".join(parts) + figures,
+        f"client run {named}{when}: " + " ".join(parts) + figures,
         value,
         quotes,
     )

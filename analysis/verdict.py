@@ -127,12 +127,7 @@ def decide(
                 f"longest {_lasting(episode_duration_s(longest))}, from "
                 f"{_hhmm(longest.evidence_start or longest.start)} to "
                 f"{_hhmm(longest.evidence_end or longest.end)}"
-                + (
-                    ""
-                    if current
-                    else f" (shorter than the {_duration(params.min_episode_s)} an episode "
-                    "needs, or long before the end of the data)"
-                ),
+                + _why_not_current(longest, bool(current), params),
                 float(len(episodes)),
             )
         )
@@ -187,6 +182,17 @@ def decide(
     if problem == "ordering":
         evidence.append(_ordering_evidence(windows, correlation, params))
     return Verdict(state, evidence, problem)
+
+
+def _why_not_current(longest: Episode, current: bool, params: AnalysisParams) -> str:
+    if current:
+        return ""
+    if episode_duration_s(longest) < params.min_episode_s:
+        return f" (shorter than the {_duration(params.min_episode_s)} an episode needs)"
+    return (
+        f" (all sustained episodes ended more than {_duration(params.stale_after_s)} before "
+        "the end of the data)"
+    )
 
 
 def _ordering_evidence(

@@ -4,7 +4,8 @@ For offered loads from 20 % to 200 % of an estimated capacity, several seeds and
 evidence sets (what a user may have), simulate, write the files, run the SAME report pipeline
 as `preemptscope report`, and compare its verdicts with the truth, per deployment and per window.
 
-Run: python bench/ground_truth_sweep.py [--quick]  (prints Markdown for docs/ground-truth.md)
+Run: python bench/ground_truth_sweep.py [--quick] [--min-episode SECONDS]
+(prints Markdown for docs/ground-truth.md; --min-episode as `report --min-episode`)
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ class Tally:
 
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
+    min_episode = (
+        float(argv[argv.index("--min-episode") + 1])
+        if "--min-episode" in argv
+        else AnalysisParams.min_episode_s
+    )
     fractions = (0.2, 0.6, 1.0, 1.4, 2.0) if quick else (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4,
                                                           1.6, 1.8, 2.0)  # fmt: skip
     seeds = (1,) if quick else (1, 2, 3)
@@ -112,7 +118,9 @@ def main(argv: list[str]) -> int:
                         [f"{art.bench}=d"] if use_bench else [],
                         options=LoadOptions(parse=ParseOptions(year=START.year)),
                     )
-                    report = analyze(inputs, AnalysisParams(window_s=60.0))
+                    report = analyze(
+                        inputs, AnalysisParams(window_s=60.0, min_episode_s=min_episode)
+                    )
                     dep = report.deployments[0]
                     state = dep.verdict.state
                     states[label][(fraction, state)] += 1
@@ -138,7 +146,8 @@ def main(argv: list[str]) -> int:
         f"Deployment: Llama-3.1-8B on one A10G, {cap.kv_cache_tokens:,} KV tokens, "
         f"max_num_seqs 128; 100 % load = {rate_cap:.3f} req/s "
         f"(prompt ~{PROMPT.mean:.0f}, output ~{OUTPUT.mean:.0f} tokens); "
-        f"{len(fractions)} loads x {len(seeds)} seeds x {duration:.0f} s; {elapsed:.0f} s total."
+        f"{len(fractions)} loads x {len(seeds)} seeds x {duration:.0f} s; 60-s windows, "
+        f"minimum episode {min_episode:.0f} s; {elapsed:.0f} s total."
     )
     print()
     print("Ground truth per load (first evidence set's runs):")

@@ -659,8 +659,11 @@ def preemption_vs_tail_figure(dep: DeploymentReport, *, rho_scope: str = "") -> 
     title = f"Preemption rate vs {label} p99/mean"
     notes = []
     # ρ heads the notes, not the title line: with its scope the line outgrew a half-width chart.
-    if rho is not None:
-        notes.append(f"Spearman ρ = {rho:.2f}{rho_scope}")
+    if corr.conclusion == "too_few":
+        notes.append(f"ρ: too few windows to tell ({corr.pairs} pairs)")
+    elif rho is not None:
+        p = f", p = {corr.p_value:.2g}" if corr.p_value is not None else ""
+        notes.append(f"Spearman ρ = {rho:.2f} (n = {corr.pairs}{p}){rho_scope}")
     else:
         title += " (ρ: not enough data)"
     if corr.p99_over_mean_with is not None and corr.p99_over_mean_without is not None:

@@ -108,6 +108,8 @@ def index_page_html(root: str = "") -> str:
 <div class="controls"><button type="button" id="download">Download HTML report</button>
 <span class="status" id="download-status"></span></div>
 <h3>Deployments</h3>
+<p class="status" id="hint">Open a deployment for its verdict card and figures (timeline,
+preemptions vs tail latency, capacity), updating in place.</p>
 <ul class="deployments" id="deployments"></ul>
 <p class="status" id="empty" hidden>No deployment yet: waiting for log lines or scrapes.</p>
 </section>"""

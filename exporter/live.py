@@ -55,14 +55,15 @@ class DeploymentTotals:
             "lines": self.lines,
             "unrecognized_lines": self.unrecognized_lines,
             "preemptions": dict(self.preemptions),
-            "sources_known": True,  # every key of `preemptions` is a source that exists
             "rotations": dict(self.rotations),
             "gaps": self.gaps,
             "last_event": dict(self.last_event),
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DeploymentTotals:
+    def from_dict(cls, data: Mapping[str, Any], *, sources_known: bool = True) -> DeploymentTotals:
+        """`sources_known`: every key of `preemptions` is a source that exists (checkpoints
+        written before that held a 0 for every source, present or not)."""
         totals = cls(
             lines=int(data.get("lines", 0)),
             unrecognized_lines=int(data.get("unrecognized_lines", 0)),
@@ -70,11 +71,10 @@ class DeploymentTotals:
             gaps=int(data.get("gaps", 0)),
             last_event={str(k): float(v) for k, v in data.get("last_event", {}).items()},
         )
-        known = bool(data.get("sources_known"))
         for source, value in data.get("preemptions", {}).items():
-            # Older checkpoints held a 0 for every source, present or not: drop those zeros
-            # (a real one comes back as soon as its source is seen again).
-            if known or int(value) > 0:
+            # From an older checkpoint drop the zeros (a real one comes back as soon as its
+            # source is seen again).
+            if sources_known or int(value) > 0:
                 totals.preemptions[str(source)] = int(value)
         return totals
 
@@ -132,8 +132,9 @@ class LiveState:
         self._params = dict(params or {})
         self._order = list(dict.fromkeys(deployments))
         saved = saved or {}
+        known = bool(saved.get("preemption_sources_known"))
         self.totals: dict[str, DeploymentTotals] = {
-            name: DeploymentTotals.from_dict(data)
+            name: DeploymentTotals.from_dict(data, sources_known=known)
             for name, data in saved.get("deployments", {}).items()
         }
         for name in self._order:
@@ -347,6 +348,7 @@ class LiveState:
                 "v0_last": dict(self._v0_last),
                 "counter_last": dict(self._counter_last),
                 "versions": dict(self._versions),
+                "preemption_sources_known": True,
             }
 
     def _copy_totals(self) -> dict[str, DeploymentTotals]:

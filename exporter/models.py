@@ -29,7 +29,6 @@ class Totals(_Strict):
     unrecognized_lines: int
     # Only sources that exist for the deployment have a key (no count is no key, never 0).
     preemptions: dict[str, int]
-    sources_known: bool  # every key of `preemptions` is a preemption source that exists
     rotations: dict[str, int]
     gaps: int
     last_event: dict[str, float]

@@ -272,7 +272,8 @@ def _read_vllm(
                 duration_s=duration,
                 failed=_count(result.get("failed")),
                 request_throughput=_number(result.get("request_throughput")),
-                goodput=_number(result.get("request_goodput")),
+                # benchmark_serving.py of 0.6.x spelled the key with a colon.
+                goodput=_number(result.get("request_goodput", result.get("request_goodput:"))),
                 input_tokens=_count(result.get("total_input_tokens")),
                 output_tokens=_count(result.get("total_output_tokens")),
                 max_concurrency=_count(result.get("max_concurrency")),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from preemptscope.errors import InputError
 from preemptscope.ingest._reader import open_binary
+from preemptscope.ingest.logs import _NOT_LOGS  # the suffixes a directory's log walk skips
 
 HEAD_BYTES = 64 * 1024
 _MAGIC = (
@@ -23,7 +24,6 @@ _MAGIC = (
     (b"PAR1", "Parquet file"),
     (b"\x7fELF", "executable"),
 )
-_NOT_LOGS = frozenset({".prom", ".json", ".md", ".csv", ".html", ".png", ".parquet", ".py"})
 # Keys of a Hugging Face model config (config.json), as the capacity calculator reads it.
 _MODEL_KEYS = re.compile(
     rb'"(num_attention_heads|architectures|num_hidden_layers|hidden_size|model_type)"'

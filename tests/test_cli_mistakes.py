@@ -167,6 +167,12 @@ def test_a_start_out_of_range_is_one_line() -> None:
     assert code == 2 and "expected a year from 1970 to 2100" in one_error(err)
 
 
+@pytest.mark.parametrize("flag", ["--start", "--now", "--bench-start"])
+def test_a_report_time_out_of_range_is_one_line(flag: str) -> None:
+    code, _, err = run("report", str(YEARLESS), "--bench", str(BENCH), flag, "0001-01-01T00:00:00")
+    assert code == 2 and "expected a year from 1970 to 2100" in one_error(err)
+
+
 def test_parse_out_onto_a_file_is_one_line(tmp_path: Path) -> None:
     target = tmp_path / "frames"
     target.write_text("keep me")

@@ -354,6 +354,13 @@ def build_replay(
             f"no step timings to fit: step times from the roofline of {config.model.name} on "
             f"{config.gpu.name} (presets)"
         )
+    hit_rate = _prefix_hit_rate(metrics, stats)
+    if hit_rate is not None and hit_rate >= SHARED_PREFIX_WARN:
+        assumptions.append(
+            f"the prefix cache hit rate is {hit_rate:.0%}: prompts share prefixes, which the "
+            "simulator does not model (it recomputes them): expect fewer preemptions, higher "
+            "throughput and lower latency than replayed"
+        )
     workload = workload_from_latencies(latencies)
     figures = ObservedFigures(preemptions=preemptions)
     basis = ""
@@ -379,6 +386,29 @@ def build_replay(
     else:
         assumptions.append("no workload to replay: no request data or stats lines")
     return Replay(workload, config, figures, assumptions, basis)
+
+
+SHARED_PREFIX_WARN = 0.05
+
+
+def _prefix_hit_rate(metrics: pl.DataFrame | None, stats: pl.DataFrame | None) -> float | None:
+    """Prefix-cache hits / queries over the data (/metrics counters, else the stats lines)."""
+    if metrics is not None and not metrics.is_empty():
+        totals = []
+        for name in ("prefix_cache_hits", "prefix_cache_queries"):
+            rows = metrics.filter(pl.col("metric") == name)
+            if rows.is_empty():
+                break
+            by_time = rows.group_by("timestamp").agg(pl.col("value").sum()).sort("timestamp")
+            values = by_time["value"].to_numpy()
+            totals.append(float(values[-1] - values[0]) if len(values) > 1 else 0.0)
+        if len(totals) == 2 and totals[1] > 0:
+            return totals[0] / totals[1]
+    if stats is not None and "prefix_cache_hit_rate" in stats.columns:
+        rates = stats.filter(pl.col("running") > 0)["prefix_cache_hit_rate"].drop_nulls()
+        if len(rates):
+            return float(rates.mean())  # type: ignore[arg-type]  # a fraction (frames.md)
+    return None
 
 
 def _log_e2e_p99(latencies: pl.DataFrame | None) -> float | None:

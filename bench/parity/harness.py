@@ -93,6 +93,12 @@ def workloads() -> list[Workload]:
     arr = np.cumsum(rng.exponential(1 / 0.9, n))
     out.append(Workload("long-prompts", arr, _lognormal(rng, 2400, 0.3, n, 500, 3500),
                         _lognormal(rng, 120, 0.5, n, 8, 500)))  # fmt: skip
+    # Shared prefixes: every prompt starts with the same 600-token system prompt. The simulator
+    # does not model hits across requests; this workload measures what that costs.
+    n = 200
+    arr = np.cumsum(rng.exponential(1 / 2.0, n))
+    out.append(Workload("shared-prefix", arr, 600 + _lognormal(rng, 300, 0.5, n, 16, 1500),
+                        _lognormal(rng, 250, 0.5, n, 16, 1000), shared_prefix=600))  # fmt: skip
     return out
 
 
@@ -104,6 +110,8 @@ SETTINGS = {
                 Setting(32, 900, 2048), Setting(64, 1800, 2048), Setting(64, 900, 1024)],
     "long-prompts": [Setting(32, 600, 2048), Setting(4, 600, 2048), Setting(8, 600, 2048),
                      Setting(16, 600, 2048), Setting(32, 1200, 2048), Setting(32, 600, 4096)],
+    "shared-prefix": [Setting(64, 700, 2048), Setting(8, 700, 2048), Setting(16, 700, 2048),
+                      Setting(64, 1400, 2048)],
 }  # fmt: skip
 
 

@@ -26,7 +26,7 @@ from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.sim.whatif import WhatIfOutcome
 from preemptscope.errors import ConfigError, InputError, PreemptscopeError
-from preemptscope.ingest.logs import ParseOptions
+from preemptscope.ingest.logs import YEAR_RANGE, ParseOptions
 from preemptscope.inputs import LoadOptions, load_inputs
 
 # Severity order for --fail-on: "at_risk" also fails on "over_capacity".
@@ -51,6 +51,9 @@ def parse_time(text: str) -> datetime:
         raise ConfigError(
             f"bad time {text!r}: expected ISO 8601, e.g. 2026-11-20T10:00:00Z"
         ) from None
+    low, high = YEAR_RANGE  # beyond it, shifting by a window or a year overflows datetime
+    if not low <= moment.year <= high:
+        raise ConfigError(f"bad time {text!r}: expected a year from {low} to {high}")
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 

@@ -19,8 +19,27 @@ P = AnalysisParams()
 def resolve(document: dict[str, Any], path: str) -> Any:
     value: Any = document
     for part in path.split("."):
-        value = value[part]
+        value = value[int(part)] if isinstance(value, list) else value[part]
     return value
+
+
+def check_quotes(deployment: dict[str, Any]) -> None:
+    """Each quoted field equals the JSON's, and each quoted number is in the sentence."""
+    for evidence in deployment["verdict"]["evidence"]:
+        message = evidence["message"]
+        for path, quoted in evidence["quotes"].items():
+            actual = resolve(deployment, path)
+            if isinstance(quoted, float) and actual is not None:
+                assert math.isclose(quoted, actual, rel_tol=1e-9), (path, quoted, actual)
+            else:
+                assert quoted == actual, (path, quoted, actual, message)
+            name = path.rsplit(".", 1)[-1]
+            if isinstance(quoted, int | float) and not isinstance(quoted, bool):
+                if name == "unplaced" and quoted == 0:
+                    continue  # "of them without a timestamp" is only said when there are some
+                if name in ("p_value", "rho_low", "rho_high") or shown(quoted, message):
+                    continue
+                raise AssertionError(f"{path}={quoted} not in {message!r}")
 
 
 def shown(value: float | int, message: str) -> bool:
@@ -65,23 +84,7 @@ def deployments(draw: st.DrawFn) -> DeploymentInputs:
 @settings(max_examples=100, deadline=None)
 @given(deployments())
 def test_evidence_quotes_the_json(inputs: DeploymentInputs) -> None:
-    report = analyze([inputs], P)
-    data = report.to_dict()["deployments"][0]
-    for evidence in data["verdict"]["evidence"]:
-        message = evidence["message"]
-        for path, quoted in evidence["quotes"].items():
-            actual = resolve(data, path)
-            if isinstance(quoted, float) and actual is not None:
-                assert math.isclose(quoted, actual, rel_tol=1e-9), (path, quoted, actual)
-            else:
-                assert quoted == actual, (path, quoted, actual, message)
-            name = path.rsplit(".", 1)[-1]
-            if isinstance(quoted, int | float) and not isinstance(quoted, bool):
-                if name == "unplaced" and quoted == 0:
-                    continue  # "of them without a timestamp" is only said when there are some
-                if name in ("p_value", "rho_low", "rho_high") or shown(quoted, message):
-                    continue
-                raise AssertionError(f"{path}={quoted} not in {message!r}")
+    check_quotes(analyze([inputs], P).to_dict()["deployments"][0])
 
 
 @settings(max_examples=100, deadline=None)

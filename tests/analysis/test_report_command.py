@@ -14,6 +14,8 @@ from preemptscope.cli import main
 from preemptscope.commands.report import parse_duration
 from preemptscope.inputs import load_inputs, split_spec, stem
 
+from .test_evidence_properties import check_quotes
+
 CORPUS = Path(__file__).parent.parent / "fixtures" / "analysis" / "corpus"
 KV99 = str(CORPUS / "034-v010-docker-ts-wrapped-stats-kv-99pct.log")
 PENDING115 = str(CORPUS / "052-v030-stats-with-extra-iteration-time-fields-finished-request.log")
@@ -350,6 +352,7 @@ def test_a_summary_only_client_result_does_not_abort_the_report(
     assert run["requests"] in (11, 198) and run["latency"]["e2e"]["source"] == "run"
     evidence = {e["code"]: e for e in dep["verdict"]["evidence"]}
     assert "client_run" in evidence
+    check_quotes(dep)  # the run's sentence quotes client_runs.0.* as the JSON holds them
     if run["start"] is None:
         assert "not placed in time" in evidence["client_run"]["message"]
     bench = next(s for s in data["sources"] if s["kind"] == "bench")
@@ -390,6 +393,7 @@ def test_round2_v1_logs_have_no_count_and_no_zero(
     assert dep["verdict"]["state"] in ("ok", "insufficient_data")  # nothing alarming there
     (said,) = [e for e in dep["verdict"]["evidence"] if e["code"] == "preemptions"]
     assert "no preemption count" in said["message"] and " 0 " not in said["message"]
+    check_quotes(dep)
 
 
 def test_round2_glued_v0_warning_counts_what_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
@@ -401,3 +405,4 @@ def test_round2_glued_v0_warning_counts_what_it_shows(capsys: pytest.CaptureFixt
     codes = {e["code"]: e["message"] for e in dep["verdict"]["evidence"]}
     assert "51" in codes["counter_since_start"]
     assert "one record" in codes["episodes"]
+    check_quotes(dep)

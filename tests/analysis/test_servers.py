@@ -111,3 +111,59 @@ def test_metrics_for_a_name_with_several_servers_stay_with_the_group(
     inputs = load_inputs([str(logs)], [f"{snap}=pair"])
     assert [i.name for i in inputs] == ["pair/a", "pair/b", "pair"]
     assert inputs[-1].metrics is not None and not inputs[-1].logs
+
+
+def test_two_servers_writing_to_one_file_are_told_apart_by_pid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One file, two V1 servers at once (their API servers' pids): never 23 + 11 running."""
+    lines = []
+    for core, tokens in ((201, 26560), (202, 154880)):
+        lines.append(
+            f"(EngineCore_DP0 pid={core}) INFO 03-14 08:59:30 [kv_cache_utils.py:1087] "
+            f"GPU KV cache size: {tokens:,} tokens"
+        )
+    for i in range(60):
+        t = START + timedelta(seconds=10 * i)
+        for pid, running, kv in ((101, 23, 99.5), (102, 11, 20.0)):
+            waiting = 6 if kv > 98 else 0
+            lines.append(
+                f"(APIServer pid={pid}) INFO {t:%m-%d %H:%M:%S} [loggers.py:123] Engine 000: "
+                f"Avg prompt throughput: 100.0 tokens/s, Avg generation throughput: 300.0 "
+                f"tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache "
+                f"usage: {kv}%, Prefix cache hit rate: 0.0%"
+            )
+    log = tmp_path / "both.log"
+    log.write_text("\n".join(lines) + "\n")
+    data = report(capsys, str(log))
+    deployments = {d["name"]: d for d in data["deployments"]}
+    assert set(deployments) == {"both/both-pid101", "both/both-pid102"}
+    first, second = deployments["both/both-pid101"], deployments["both/both-pid102"]
+    assert first["capacity"]["peak_running"] == 23 and second["capacity"]["peak_running"] == 11
+    # each engine start goes with its own server (startups pair with servers in order)
+    assert first["capacity"]["kv_cache_tokens"] == 26560
+    assert second["capacity"]["kv_cache_tokens"] == 154880
+    assert first["verdict"]["state"] == "over_capacity" and second["verdict"]["state"] == "ok"
+    # the file is one source, counted once
+    (source,) = [s for s in data["sources"] if s["path"] == str(log)]
+    assert source["lines"] == len(lines)
+    (group,) = data["groups"]
+    assert group["name"] == "both" and group["state"] == "over_capacity"
+
+
+def test_one_server_with_two_engines_in_one_file_stays_one(tmp_path: Path) -> None:
+    """Data parallel: one API server logs Engine 000 and Engine 001; their running adds up."""
+    lines = []
+    for i in range(30):
+        t = START + timedelta(seconds=10 * i)
+        for engine in (0, 1):
+            lines.append(
+                f"(APIServer pid=7) INFO {t:%m-%d %H:%M:%S} [loggers.py:123] Engine 00{engine}: "
+                "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 3.0 tokens/s, "
+                "Running: 5 reqs, Waiting: 0 reqs, GPU KV cache usage: 10.0%, Prefix cache hit "
+                "rate: 0.0%"
+            )
+    log = tmp_path / "dp.log"
+    log.write_text("\n".join(lines) + "\n")
+    (deployment,) = load_inputs([str(log)])
+    assert deployment.name == "dp" and deployment.group is None

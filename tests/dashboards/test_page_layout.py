@@ -75,15 +75,39 @@ def demo_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "report.html"
 
 
+@pytest.fixture(scope="module")
+def plain_report(demo_report: Path) -> Path:
+    """`preemptscope report ... --html` on the demo's files: no what-if panel."""
+    out = demo_report.parent
+    html = out / "plain.html"
+    names = ("chat-a10g", "chat-a100")
+    args = [f"{out / name / 'vllm.log'}={name}" for name in names]
+    for name in names:
+        args += ["--metrics", f"{out / name / 'metrics'}={name}"]
+        args += ["--bench", f"{out / name / 'bench.json'}={name}"]
+    done = subprocess.run(
+        [PREEMPTSCOPE, "report", *args, "--html", str(html), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return html
+
+
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_html_report_draws_no_text_on_text(browser: Any, demo_report: Path, width: int) -> None:
+@pytest.mark.parametrize("which", ["demo", "plain"])
+def test_the_html_report_draws_no_text_on_text(
+    browser: Any, demo_report: Path, plain_report: Path, which: str, width: int
+) -> None:
     context, page = _page(browser, width)
     try:
-        page.goto(demo_report.as_uri())
+        page.goto((demo_report if which == "demo" else plain_report).as_uri())
         page.wait_for_function("window.__preemptscopeRendered !== undefined", timeout=60_000)
         titles = page.locator("#fig-0-capacity .gtitle, #fig-0-capacity .annotation-text")
-        assert "What-if: max_num_seqs (simulated)" in titles.all_text_contents()
-        _check(page, f"layout-report-{width}.png")
+        whatif = "What-if: max_num_seqs (simulated)" in titles.all_text_contents()
+        assert whatif == (which == "demo")
+        _check(page, f"layout-report-{which}-{width}.png")
     finally:
         context.close()
 
@@ -164,6 +188,8 @@ def test_the_live_pages_draw_no_text_on_text(browser: Any, demo_service: str, wi
         page.wait_for_function(
             "document.querySelectorAll('#deployments li').length === 2", timeout=60_000
         )
+        # The list is not the figures (README and docs say so): the page says where they are.
+        assert "for its verdict card and figures" in page.locator("#hint").inner_text()
         _check(page, f"layout-live-index-{width}.png")
     finally:
         context.close()

@@ -79,7 +79,32 @@ def test_a_v0_log_of_a_version_that_warns_counts_zero() -> None:
 
 
 def test_old_checkpoints_do_not_bring_back_zeros() -> None:
-    totals = DeploymentTotals.from_dict(
-        {"preemptions": {"metrics_counter": 0, "v1_stats_field": 0, "v0_warning_counter": 7}}
+    old = {"preemptions": {"metrics_counter": 0, "v1_stats_field": 0, "v0_warning_counter": 7}}
+    assert DeploymentTotals.from_dict(old, sources_known=False).preemptions == {
+        "v0_warning_counter": 7
+    }
+    live = LiveState(["prod"], window_s=60, history_s=3600, saved={"deployments": {"prod": old}})
+    assert live.totals["prod"].preemptions == {"v0_warning_counter": 7}
+
+
+def test_a_true_zero_survives_a_restart() -> None:
+    """A source that exists with 0 preemptions keeps its series across a checkpoint."""
+    banner = (
+        "INFO 03-14 08:59:00 llm_engine.py:237] Initializing an LLM engine (v0.5.4) with config: "
+        "model='m', tokenizer='m', max_seq_len=8192"
     )
-    assert totals.preemptions == {"v0_warning_counter": 7}
+    live = LiveState(["new"], window_s=60, history_s=3600, clock="data")
+    load(live, [banner], name="new")
+    load(live, v0_stats(), name="new")  # a later batch: the version came with the first
+    saved = live.saved_state()
+    again = LiveState(["new"], window_s=60, history_s=3600, clock="data", saved=saved)
+    assert again.totals["new"].preemptions == {"v0_warning_counter": 0}
+
+
+def v0_stats() -> list[str]:
+    return [
+        f"INFO 03-14 09:00:{s:02d} metrics.py:406] Avg prompt throughput: 0.0 tokens/s, Avg "
+        "generation throughput: 10.0 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 "
+        "reqs, GPU KV cache usage: 5.0%, CPU KV cache usage: 0.0%."
+        for s in range(0, 60, 10)
+    ]

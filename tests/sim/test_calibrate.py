@@ -84,6 +84,14 @@ def test_settings_come_from_the_data_and_presets_are_said() -> None:
     assert any(a.startswith("max_num_seqs not shown") for a in bare.assumptions)
 
 
+def test_shared_prefixes_are_said_to_be_outside_the_model() -> None:
+    rows = _client_rows(SimConfig(num_gpu_blocks_override=2000, step_cost=TRUE_COST))
+    stats = pl.DataFrame({"running": [4, 5], "prefix_cache_hit_rate": [0.4, 0.5]})
+    replay = build_replay(Capacity(num_gpu_blocks=2000, block_size=16),
+                          ReplayFrames(latencies=rows, stats=stats), preemptions=None)  # fmt: skip
+    assert any("prefix cache hit rate is 45%" in a for a in replay.assumptions)
+
+
 def test_no_request_data_means_nothing_to_replay() -> None:
     replay = build_replay(Capacity(num_gpu_blocks=2000, block_size=16), ReplayFrames(),
                           preemptions=3)  # fmt: skip

@@ -250,3 +250,11 @@ def test_a_result_that_does_not_say_when_it_ran_is_not_placed() -> None:
     assert placed.start == start and placed.end == start + timedelta(seconds=61.73)
     moved = read_bench(FIXTURES / "vllm_bench_summary_only.json", deployment="d", start=start)
     assert moved.runs[0].start == start
+
+
+def test_benchmark_serving_0_6_goodput_key_with_a_colon(tmp_path: Path) -> None:
+    source = json.loads((FIXTURES / "vllm_bench_summary_only.json").read_text())
+    source["request_goodput:"] = source.pop("request_goodput") or 0.9
+    target = tmp_path / "old.json"
+    target.write_text(json.dumps(source))
+    assert read_bench(target, deployment="d").runs[0].goodput == pytest.approx(0.9)
