@@ -23,8 +23,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import hostile  # noqa: E402
-from bench_parse import Run, measure  # noqa: E402
+# Siblings in bench/ (not a package): mypy cannot follow them.
+import hostile  # type: ignore[import-not-found]  # noqa: E402
+from bench_parse import Run, measure  # type: ignore[import-not-found]  # noqa: E402
 
 # One real record first: a file with none is refused as "not a vLLM log" before anything
 # else is reported (preemptscope/sniff.py).
@@ -105,7 +106,7 @@ def main() -> None:
         )
 
         def per_mb(run: Run, kind: str, mb: float) -> float:
-            return max(0.0, run.wall_s - floor[kind]) / mb
+            return float(max(0.0, run.wall_s - floor[kind]) / mb)
 
         normal_mb = rows[0][1]
         for name, mb, runs in rows:
@@ -135,10 +136,10 @@ def main() -> None:
         )
         long.unlink()
         bomb = base / "bomb.log.gz"
-        with gzip.open(bomb, "wb", compresslevel=9) as handle:
+        with gzip.open(bomb, "wb", compresslevel=9) as packed:
             zeros = b"\0" * (1 << 24)
             for _ in range(64):  # 1 GiB
-                handle.write(zeros)
+                packed.write(zeros)
         for label, target in (("gzip of 1 GiB zeros", bomb), ("/dev/zero", Path("/dev/zero"))):
             run, code, err = _error_run(label, _commands(target)["parse"])
             print(
