@@ -143,7 +143,7 @@ def main() -> None:
         print(json.dumps(duckdb_query(args.path)))
         return
     made: list[Path] = []
-    results = []
+    results: list[dict[str, object]] = []
     for size in [int(s) for s in args.size_mb.split(",") if s]:
         path = _file(size)
         made.append(path)

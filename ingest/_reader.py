@@ -118,7 +118,7 @@ def open_binary(path: str, limits: ReadLimits | None = None) -> BinaryIO:
     magic = handle.peek(2)[:2] if isinstance(handle, io.BufferedReader) else b""
     if magic == b"\x1f\x8b" or path.endswith(".gz"):
         stream = _LimitedGzip(path, handle, limits or ReadLimits.from_env())
-        return io.BufferedReader(stream, 1 << 20)  # type: ignore[return-value]
+        return io.BufferedReader(stream, 1 << 20)
     return handle
 
 

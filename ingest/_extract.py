@@ -1,0 +1,363 @@
+"""Column-wise extraction of the kinds the vectorised path claims (stats, requests, access,
+other): a routed part of raw lines becomes its kind's columns before timestamps are resolved.
+
+Bulk lines are taken apart with positions and small regexes on short slices; what repeats
+across lines (prefixes, logger locations, request parts) is parsed once per distinct value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import polars as pl
+from preemptscope.ingest import catalogue as cat
+from preemptscope.ingest._time import SMALL_FRAME
+from preemptscope.ingest.schema import FRAME_SCHEMAS
+
+# Helper columns carried until timestamps are resolved.
+_HELPERS: dict[str, pl.DataType] = {
+    **{k: pl.String() for k in ("_mon", "_day", "_hms", "_wts", "_ats")},
+    # Rows of the bulk kinds (requests, access, other) extracted by the vectorised path. They
+    # take their year from the nearest other record, so summary mode (which skips them) and
+    # full mode date every record the same way.
+    "_bulk": pl.Boolean(),
+}
+_REC_COLS = ("process", "pid", "level")
+_STATS_EXTRACT = cat.ENVELOPE + r"(?P<msg>[^\r\n]*)"
+
+
+def _kind_columns(kind: str) -> dict[str, pl.DataType]:
+    """Columns of a kind before timestamps are resolved (no source/deployment/timestamp)."""
+    schema = FRAME_SCHEMAS[kind]
+    cols: dict[str, pl.DataType] = {"line": pl.Int64()}
+    for name in _REC_COLS:
+        cols[name] = schema[name]
+    cols.update(_HELPERS)
+    for name, dtype in schema.items():
+        if name not in ("source", "line", "deployment", "timestamp", *_REC_COLS):
+            cols[name] = dtype
+    return cols
+
+
+_KIND_SCHEMAS = {
+    kind: pl.Schema(_kind_columns(kind)) for kind in FRAME_SCHEMAS if kind != "unrecognized"
+}
+
+
+def _envelope_columns() -> list[pl.Expr]:
+    return [
+        pl.coalesce(pl.col("proc").str.strip_chars(), pl.col("rank")).alias("process"),
+        pl.col("pid").cast(pl.Int64, strict=False),
+        pl.col("level"),
+        pl.col("mon").alias("_mon"),
+        pl.col("day").alias("_day"),
+        pl.col("hms").alias("_hms"),
+        pl.col("wts").alias("_wts"),
+        pl.lit(None, dtype=pl.String).alias("_ats"),
+    ]
+
+
+def _pct(expr: pl.Expr) -> pl.Expr:
+    # Polars turns `/ 100` into `* 0.01`; the per-line path does the same (_lines._fraction).
+    return expr.cast(pl.Float64, strict=False) * 0.01
+
+
+_STATS_INTS = ("engine", "running", "waiting", "swapped", "deferred", "preemptions")
+_STATS_FLOATS = (
+    "prompt_throughput",
+    "generation_throughput",
+    "throughput_v01",
+    "gpu_kv_cache_usage",
+    "cpu_kv_cache_usage",
+    "prefix_cache_hit_rate",
+    "external_prefix_cache_hit_rate",
+    "mm_cache_hit_rate",
+)
+
+
+def _stats_invalid(msg: pl.Expr) -> pl.Expr:
+    """The first stats field whose text is no number of its column (null when all fit)."""
+    checks = []
+    for name, pattern in cat.STATS_FIELDS:
+        if name not in _STATS_INTS and name not in _STATS_FLOATS:
+            continue
+        text = msg.str.extract(pattern, 1)
+        value = text.cast(pl.Int64 if name in _STATS_INTS else pl.Float64, strict=False)
+        bad = text.is_not_null() & (value.is_null() | ~value.cast(pl.Float64).is_finite())
+        checks.append(pl.when(bad).then(pl.lit(f"scheduler_stats.{name}")))
+    return pl.coalesce(checks)
+
+
+def _stats_frames(sub: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(stats rows, unrecognised rows: lines whose numbers do not fit their columns)."""
+    message = pl.col("raw").str.extract_groups(_STATS_EXTRACT).struct.field("msg")
+    # The message once as a column: as an expression it is re-extracted for every field.
+    sub = sub.with_columns(message.alias("_msg")).with_columns(
+        _stats_invalid(pl.col("_msg")).alias("_invalid")
+    )
+    sub = sub.drop("_msg")
+    bad = sub.filter(pl.col("_invalid").is_not_null())
+    if bad.height:
+        sub = sub.filter(pl.col("_invalid").is_null())
+    rejected = bad.select(
+        pl.col("line"),
+        pl.col("raw").str.strip_chars_end("\r\n").alias("text"),
+        pl.concat_str([pl.lit("number not valid: "), pl.col("_invalid")]).alias("reason"),
+    )
+    return _stats_frame(sub.drop("_invalid")), rejected
+
+
+def _stats_frame(sub: pl.DataFrame) -> pl.DataFrame:
+    groups = sub.select(
+        pl.col("line"), pl.col("raw").str.extract_groups(_STATS_EXTRACT).alias("g")
+    ).unnest("g")
+    msg = pl.col("msg")
+    field = {name: msg.str.extract(pattern, 1) for name, pattern in cat.STATS_FIELDS}
+    era = (
+        pl.when(field["pending_marker"].is_not_null() | field["swapped"].is_not_null())
+        .then(pl.lit("v0"))
+        .when(field["waiting"].is_not_null() | field["engine"].is_not_null())
+        .then(pl.lit("v1"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+    )
+    extra = (
+        msg.str.replace_all(cat.STATS_KNOWN_FIELDS, "")
+        .str.replace_all(r"(?:\s*,\s*)+", ", ")
+        .str.strip_chars(" ,.")
+    )
+    frame = groups.select(
+        pl.col("line"),
+        *_envelope_columns(),
+        pl.lit(False).alias("_bulk"),
+        era.alias("era"),
+        field["engine"].cast(pl.Int64, strict=False).alias("engine"),
+        field["prompt_throughput"].cast(pl.Float64, strict=False).alias("prompt_throughput"),
+        pl.coalesce(field["generation_throughput"], field["throughput_v01"])
+        .cast(pl.Float64, strict=False)
+        .alias("generation_throughput"),
+        field["running"].cast(pl.Int64, strict=False).alias("running"),
+        field["waiting"].cast(pl.Int64, strict=False).alias("waiting"),
+        field["swapped"].cast(pl.Int64, strict=False).alias("swapped"),
+        field["deferred"].cast(pl.Int64, strict=False).alias("deferred"),
+        field["preemptions"].cast(pl.Int64, strict=False).alias("preemptions"),
+        field["kv_device"].alias("kv_device"),
+        _pct(field["gpu_kv_cache_usage"]).alias("gpu_kv_cache_usage"),
+        pl.when(era == "v0")
+        .then(_pct(field["cpu_kv_cache_usage"]))
+        .otherwise(None)
+        .alias("cpu_kv_cache_usage"),
+        _pct(field["prefix_cache_hit_rate"]).alias("prefix_cache_hit_rate"),
+        _pct(field["external_prefix_cache_hit_rate"]).alias("external_prefix_cache_hit_rate"),
+        _pct(field["mm_cache_hit_rate"]).alias("mm_cache_hit_rate"),
+        pl.when(extra == "").then(None).otherwise(extra).alias("extra"),
+    )
+    return frame
+
+
+# Bulk lines (requests, access, other) are taken apart with positions and small regexes on
+# short slices: one envelope regex with captures over every line costs several times more.
+# The timestamp of the header, with its location: a bare `MM-DD HH:MM:SS ` also matches inside
+# a wrapper's date (`2025-07-10 08:59:40 ERROR 07-09 17:59:40 [core.py:586] `).
+_TS_FIND = cat.HEADER_CORE
+_LEVEL_FIND = cat.UVICORN_LEVEL
+_ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
+_LEVEL_BEFORE_TS = r"(DEBUG|INFO|ERROR|WARNING|CRITICAL) $"
+# Lead words of the request rows and their event; the first row of a lead wins (`Request X`:
+# aborted). Leads are plain words (asserted), so they need no escaping in the pattern.
+_REQ_EVENTS: dict[str, str] = {}
+for _row in cat.REQUEST_ROWS:
+    _REQ_EVENTS.setdefault(_row.literal.strip(), _row.constants["event"])
+assert all(re.fullmatch(r"[A-Za-z ]+", lead) for lead in _REQ_EVENTS)
+# `Aborted request(s) a,b.` (v0.10.1+); no lead starts another, so at most one matches.
+_REQ_LEAD = "^(" + "|".join(_REQ_EVENTS) + r")(?:\(s\))? "
+
+
+def _by_distinct(
+    frame: pl.DataFrame, key: pl.Expr, build: Callable[[pl.Expr], list[pl.Expr]]
+) -> pl.DataFrame:
+    """Add `build(key)` columns computed on the distinct keys only, joined back.
+
+    Prefixes, logger locations and request lines repeat across millions of log lines, so the
+    regexes run once per distinct value instead of once per line. A small frame (a live batch)
+    gets the columns directly: the same values without the four queries of the join.
+    """
+    if frame.height <= SMALL_FRAME:
+        return frame.with_columns(build(key))
+    frame = frame.with_columns(key.alias("_key"))
+    distinct = frame.select(pl.col("_key").unique()).with_columns(build(pl.col("_key")))
+    return frame.join(
+        distinct, on="_key", how="left", nulls_equal=True, maintain_order="left"
+    ).drop("_key")
+
+
+def _process_columns(prefix: pl.Expr) -> list[pl.Expr]:
+    proc = prefix.str.extract_groups(cat.LAST_PROCESS)
+    return [
+        pl.coalesce(
+            proc.struct.field("proc").str.strip_chars(), prefix.str.extract(cat.RANK_PREFIX, 1)
+        ).alias("process"),
+        proc.struct.field("pid").cast(pl.Int64, strict=False).alias("pid"),
+    ]
+
+
+def _with_prefix(frame: pl.DataFrame, pre: pl.Expr) -> pl.DataFrame:
+    """process, pid, _wts from the text in front of the level."""
+    frame = frame.with_columns(pre.alias("_pre")).with_columns(
+        pl.col("_pre").str.extract(cat.LEADING_WRAPPER_TS, 1).alias("_wts")
+    )
+    # The container timestamp differs on every line; what follows it repeats.
+    rest = (
+        pl.when(pl.col("_wts").is_null())
+        .then(pl.col("_pre"))
+        .otherwise(pl.col("_pre").str.slice(pl.col("_wts").str.len_bytes() + 1))
+    )
+    return _by_distinct(frame, rest, _process_columns).drop("_pre")
+
+
+def _chars(text: pl.Expr, offset: pl.Expr) -> pl.Expr:
+    """A byte offset from `str.find` as the character offset `str.slice` wants.
+
+    They differ as soon as non-ASCII text (a compose service name, a custom prefix) stands
+    before the offset; the prefix up to a found ASCII pattern is always whole UTF-8.
+    """
+    return (
+        pl.when(text.str.len_bytes() == text.str.len_chars())
+        .then(offset)
+        .otherwise(
+            text.cast(pl.Binary)
+            .bin.slice(0, offset)
+            .cast(pl.String, strict=False)
+            .str.len_chars()
+            .cast(pl.Int64)
+        )
+        .cast(pl.Int64)
+    )
+
+
+def _header_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    """Envelope of lines with exactly one vLLM header, plus `_msg_at` (message offset)."""
+    raw = pl.col("raw")
+    at = pl.col("_at")
+    frame = frame.with_columns(_chars(raw, raw.str.find(_TS_FIND).cast(pl.Int64)).alias("_at"))
+    before = pl.min_horizontal(at, 9)
+    word = raw.str.slice(at - before, before)
+    # No level name ends another, so at most one can end the word.
+    frame = frame.with_columns(word.str.extract(_LEVEL_BEFORE_TS, 1).alias("level"))
+    pre_end = at - (pl.col("level").str.len_bytes().cast(pl.Int64) + 1).fill_null(0)
+    location = raw.str.slice(at + 15, 160)
+    close = _chars(location, location.str.find("]", literal=True).cast(pl.Int64))
+    frame = _with_prefix(frame, raw.str.slice(0, pre_end)).with_columns(
+        raw.str.slice(at, 2).alias("_mon"),
+        raw.str.slice(at + 3, 2).alias("_day"),
+        raw.str.slice(at + 6, 8).alias("_hms"),
+        pl.lit(None, dtype=pl.String).alias("_ats"),
+        (at + 15 + close + 1).alias("_msg_at"),
+    )
+
+    def location_columns(loc: pl.Expr) -> list[pl.Expr]:
+        parts = loc.str.extract_groups(cat.LOCATION)
+        return [
+            parts.struct.field("file").alias("logger_file"),
+            parts.struct.field("lineno").cast(pl.Int64, strict=False).alias("logger_line"),
+        ]
+
+    return _by_distinct(frame, raw.str.slice(at + 15, close + 1), location_columns)
+
+
+def _header_envelope() -> list[pl.Expr]:
+    """The envelope columns `_header_columns` made, as the vectorised (bulk) path's rows."""
+    names = ("line", "process", "pid", "level", "_mon", "_day", "_hms", "_wts", "_ats")
+    return [*(pl.col(name) for name in names), pl.lit(True).alias("_bulk")]
+
+
+def _message(start: pl.Expr) -> pl.Expr:
+    return pl.col("raw").str.slice(start).str.strip_prefix(" ").str.strip_chars_end("\r\n")
+
+
+def _word(text: pl.Expr, delimiters: str = r"[ :,\r\n]") -> pl.Expr:
+    """Text up to the first delimiter (a null length, when there is none, means to the end)."""
+    end = _chars(text, text.str.find(delimiters, literal=len(delimiters) == 1).cast(pl.Int64))
+    return text.str.slice(0, end)
+
+
+def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
+    # The message starts with the row's lead words and the id: positions, no capture regex.
+    head = pl.col("raw").str.slice(pl.col("_msg_at"), 200).str.strip_prefix(" ")
+    frame = _header_columns(sub).with_columns(head.alias("_head"))
+    message = pl.col("_head")
+    # The lead words once per row (one regex pass); the event is looked up from them.
+    frame = frame.with_columns(message.str.extract(_REQ_LEAD, 0).alias("_words"))
+    words = pl.col("_words")
+    event = (
+        words.str.strip_suffix(" ")
+        .str.strip_suffix("(s)")
+        .replace_strict(_REQ_EVENTS, default=None, return_dtype=pl.String)
+    )
+    rid = _word(message.str.slice(words.str.len_chars())).str.strip_chars_end(".")
+    return frame.select(
+        *_header_envelope(),
+        event.alias("event"),
+        pl.when(event.is_not_null()).then(rid).alias("request_id"),
+    )
+
+
+def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
+    raw = pl.col("raw")
+    frame = sub.with_columns(
+        _chars(raw, raw.str.find("INFO:", literal=True).cast(pl.Int64)).alias("_info"),
+        _chars(raw, raw.str.find(' - "', literal=True).cast(pl.Int64)).alias("_dash"),
+    )
+    frame = _with_prefix(frame, raw.str.slice(0, pl.col("_info")))
+    client = raw.str.slice(pl.col("_info") + 5, pl.col("_dash") - pl.col("_info") - 5)
+
+    def request_columns(tail: pl.Expr) -> list[pl.Expr]:
+        parts = tail.str.extract_groups(_ACCESS_TAIL)
+        return [
+            parts.struct.field("method").alias("method"),
+            parts.struct.field("path").alias("path"),
+            parts.struct.field("http_version").alias("http_version"),
+            parts.struct.field("status").cast(pl.Int64, strict=False).alias("status"),
+        ]
+
+    frame = _by_distinct(frame, raw.str.slice(pl.col("_dash")), request_columns)
+    return frame.select(
+        pl.col("line"),
+        pl.col("process"),
+        pl.col("pid"),
+        pl.lit("INFO").alias("level"),
+        *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms")],
+        pl.col("_wts"),
+        pl.lit(None, dtype=pl.String).alias("_ats"),
+        pl.lit(True).alias("_bulk"),
+        # KServe prints `client pid - "…"`: the client is the first word.
+        _word(client.str.strip_chars_start(" "), " ").alias("client"),
+        pl.col("method"),
+        pl.col("path"),
+        pl.col("http_version"),
+        pl.col("status"),
+    )
+
+
+def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
+    if uvicorn:
+        raw = pl.col("raw")
+        start = _chars(raw, raw.str.find(_LEVEL_FIND).cast(pl.Int64))
+        level = raw.str.slice(start, 10).str.extract(r"^([A-Z]+):", 1)
+        frame = _with_prefix(sub, raw.str.slice(0, start)).with_columns(
+            level.alias("level"),
+            *[pl.lit(None, dtype=pl.String).alias(k) for k in ("_mon", "_day", "_hms", "_ats")],
+            pl.lit("uvicorn").alias("logger_file"),
+            pl.lit(None, dtype=pl.Int64).alias("logger_line"),
+            _message(start + level.str.len_bytes().cast(pl.Int64) + 1)
+            .str.strip_chars_start()
+            .alias("message"),
+        )
+    else:
+        frame = _header_columns(sub).with_columns(_message(pl.col("_msg_at")).alias("message"))
+    return frame.select(
+        *_header_envelope(),
+        pl.col("logger_file"),
+        pl.col("logger_line"),
+        pl.col("message"),
+    )

@@ -1,0 +1,411 @@
+"""Routing: every line of a batch to its kind (column-wise), the odd ones to the per-line path.
+
+A cascade of literal probes and Rust-regex checks (linear time) claims the well-formed common
+lines for column-wise extraction (ingest/_extract.py); preemption, KV-sizing and config lines
+and every odd line (JSON, foreign formats, glued records, hard-wraps, damage) go to
+ingest/_lines.py in line order; lines nothing could read are unrecognised here. `_assemble`
+puts a batch together so its accounting adds up.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import polars as pl
+from preemptscope.ingest import _lines
+from preemptscope.ingest import catalogue as cat
+from preemptscope.ingest._extract import (
+    _access_frame,
+    _kind_columns,
+    _other_frame,
+    _requests_frame,
+    _stats_frames,
+)
+from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting
+
+# Every ANSI form seen in logs ends a colour with a reset; ESC-less pastes keep `[0m`.
+_ANSI_LITERALS = ["\x1b", "#033[", "[0m", "[0;0m"]
+# Request rows whose message starts right after the `[file:line] ` of a vLLM header: a
+# literal check (Aho-Corasick) instead of a regex over the biggest lines of a V0 log.
+_REQ_STARTS = [f"] {row.literal}" for row in cat.REQUEST_ROWS if row.literal != "Request "]
+_PY_LITERALS = sorted({row.literal for row in cat.PYTHON_ROWS})
+_STATS_LITERALS = sorted({row.literal for row in cat.STATS_ROWS})
+_REQ_LITERALS = sorted({row.literal for row in cat.REQUEST_ROWS})
+_PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
+_STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
+_REQ_LIT = "|".join(re.escape(literal) for literal in _REQ_LITERALS)
+# Anything an envelope the per-line path knows starts with: a process prefix, a rank, a date
+# (wrappers, foreign formats), a level word (uvicorn, foreign formats), a syslog pid. A new
+# envelope in ingest/_lines.py needs its cue here, or its lines are unrecognised unread.
+_ENVELOPE_CUE = (
+    r"pid=|\[rank|[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE)"
+    r"|\[[0-9]+\]: "  # syslog's `python3[28059]: `
+)
+_KIND_LITERALS = sorted(_lines.KIND_LITERALS)
+# Plain program output the per-line path reads (tracebacks, progress bars; an indented line
+# may be a frame's code line).
+# The catalogue's patterns behind an optional lead that is a superset of what _lines allows
+# in front (a few symbols such as a quote bar, a compose prefix), with ASCII classes: the
+# Unicode ones compile past the Rust regex size limit. `  ` at the start or behind a compose
+# bar: a traceback frame's code line.
+_PLAIN_LEAD = r"^(?:[^A-Za-z0-9_\n]{1,8} *|[^\s|]{1,81} +\| )?"
+_PLAIN_CUE = (
+    _PLAIN_LEAD
+    + "(?:"
+    + "|".join(pattern.removeprefix("^") for _name, pattern in cat.PLAIN_LINES)
+    + ")|^  |\\|  "
+)
+_UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
+_STATS_VALID = (
+    cat.HEADER_CORE
+    + cat.STATS_RECORD_START
+    + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
+)
+_REQ_GROUPS = "|".join(
+    row.pattern.replace("(?P<request_id>", f"(?P<rid_{row.name}>") for row in cat.REQUEST_ROWS
+)
+_REQ_VALID = cat.HEADER_CORE + "(?:" + _REQ_GROUPS + ")"
+# uvicorn's access shape: ` HTTP/` and, around the client, `INFO:` and ` - "`.
+_ACCESS_HTTP, _ACCESS_LEVEL, _ACCESS_DASH = " HTTP/", "INFO:", ' - "'
+
+
+_UNRECOGNIZED_ROWS = {"line": pl.Int64, "text": pl.String, "reason": pl.String}
+
+
+@dataclass
+class _Batch:
+    frames: dict[str, list[pl.DataFrame]]
+    accounting: LineAccounting
+    summarized: dict[str, int]  # rows recognised but not extracted (summary mode)
+
+
+def _unwrap_json_file(raw: pl.Series) -> pl.Series:
+    """docker's json-file lines (`{"log": "...\\n", "stream": ..., "time": ...}`) as
+    `<time> <log>`, the form docker --timestamps prints, so they take the vectorised path.
+
+    Lines that do not decode (or carry no time) are left as they are for the per-line path.
+    """
+    frame = pl.DataFrame({"raw": raw})
+    wrapped = pl.col("raw").str.starts_with('{"log":')
+    log = pl.col("raw").str.json_path_match("$.log").str.strip_chars_end("\r\n")
+    time = pl.col("raw").str.json_path_match("$.time")
+    unwrapped = pl.concat_str([time, pl.lit(" "), log])
+    return frame.select(
+        pl.when(wrapped & unwrapped.is_not_null() & ~log.str.contains("\n", literal=True))
+        .then(unwrapped)
+        .otherwise(pl.col("raw"))
+        .alias("raw")
+    ).to_series()
+
+
+# The three literals of uvicorn's access shape in their usual order, one DFA pass: a line it
+# matches has all three, so only the others need the separate literal checks.
+_ACCESS_FAST = "(?s)" + ".*".join(re.escape(x) for x in (_ACCESS_LEVEL, _ACCESS_DASH, _ACCESS_HTTP))
+
+
+def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """(has ` HTTP/`, also has uvicorn's shape: `INFO:` and ` - "`) for every line."""
+    fast = raw.str.contains(_ACCESS_FAST)
+    others = (~fast).arg_true()
+    if others.len() == 0:
+        return fast, fast
+    sub = raw.gather(others)
+    http = sub.str.contains(_ACCESS_HTTP, literal=True)
+    if not http.any():
+        return fast, fast
+    level = sub.str.contains(_ACCESS_LEVEL, literal=True)
+    shape = http & level & sub.str.contains(_ACCESS_DASH, literal=True)
+    return fast.clone().scatter(others, http), fast.clone().scatter(others, shape)
+
+
+def _route(
+    raw: pl.Series,
+    first_line: int,
+    previous: str | None,
+    want_all: bool,
+    *,
+    max_line: int,
+    cut: Mapping[int, int] | None = None,
+) -> _Batch:
+    """Route every line of a Series and extract the vectorised kinds.
+
+    Lines longer than `max_line` bytes, and those in `cut` (line number -> real length: cut
+    by the reader), are unrecognised with their real length and not parsed.
+    """
+    n = raw.len()
+    if n == 0:
+        return _Batch({kind: [] for kind in FRAME_SCHEMAS}, LineAccounting(lines=0), {})
+    df = pl.DataFrame({"raw": raw}).with_columns(
+        pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
+    )
+    too_long = _too_long(df, max_line, cut or {})
+    if too_long is not None:
+        df = df.filter(~pl.col("line").is_in(too_long["line"].implode()))
+
+    def before(odd: pl.DataFrame) -> pl.Series:
+        index = odd["line"] - first_line
+        outside = index == 0
+        inside = raw.gather((index - 1).clip(lower_bound=0))
+        prev = pl.select(
+            pl.when(outside).then(pl.lit(previous, dtype=pl.String)).otherwise(inside)
+        ).to_series()
+        return _as_read(prev, outside)
+
+    routed, odd_parts = _cascade(df, before)
+    if too_long is not None:
+        routed["cut"] = [too_long]
+    return _assemble(routed, odd_parts, {}, n, before, want_all)
+
+
+def _too_long(df: pl.DataFrame, max_line: int, cut: Mapping[int, int]) -> pl.DataFrame | None:
+    """Unrecognised rows (line, text, reason) for the lines over the length limit, or None."""
+    lengths = df["raw"].str.len_bytes()
+    over = df.filter(lengths > max_line)  # with its `\r\n`: checked exactly below
+    if over.height:
+        exact = over["raw"].str.strip_chars_end("\r\n").str.len_bytes()
+        over = over.filter(exact > max_line)
+    if cut:
+        over = pl.concat([over, df.filter(pl.col("line").is_in(list(cut)))]).unique(
+            "line", keep="first", maintain_order=True
+        )
+    if over.height == 0:
+        return None
+    rows = []
+    for line, text in over.select("line", "raw").iter_rows():
+        data = text.rstrip("\r\n").encode()
+        real = cut.get(line, len(data))
+        reason = f"line longer than {max_line} bytes ({real} bytes): cut, not parsed"
+        rows.append((line, data[:max_line].decode("utf-8", "replace"), reason))
+    return pl.DataFrame(rows, schema=_UNRECOGNIZED_ROWS, orient="row").sort("line")
+
+
+def _as_read(prev: pl.Series, outside: pl.Series) -> pl.Series:
+    """Previous lines as the per-line path reads them: a docker json-file line unwrapped, as
+    _cascade does, except the line before the chunk (`outside`), which is read as it is."""
+    if not prev.str.starts_with('{"log":').any():
+        return prev
+    unwrapped = _unwrap_json_file(prev)
+    return pl.select(pl.when(outside).then(prev).otherwise(unwrapped)).to_series()
+
+
+def _cascade(
+    df: pl.DataFrame, before: Callable[[pl.DataFrame], pl.Series]
+) -> tuple[dict[str, list[pl.DataFrame]], list[pl.DataFrame]]:
+    """Route the lines of `df` (raw, line): (claimed parts by name, parts for _lines).
+
+    A cascade of filters: each probe runs only on the lines no earlier probe claimed, so the
+    bulk (access lines) costs two scans, and the rare kinds pay for the detailed checks.
+    Every line is routed on its own text alone, so any subset of lines routes the same.
+    """
+    raw = df["raw"]
+    raw_c = pl.col("raw")
+    brace = raw.str.starts_with("{")
+    if brace.any() and raw.str.starts_with('{"log":').any():
+        raw = _unwrap_json_file(raw)
+        df = df.with_columns(raw)
+        brace = raw.str.starts_with("{")
+    unusual = raw.str.contains_any([*_ANSI_LITERALS, "\r"])
+    ansi = unusual & raw.str.contains_any(_ANSI_LITERALS) if unusual.any() else unusual
+    if ansi.any():
+        df = df.with_columns(
+            pl.when(ansi).then(raw_c.str.replace_all(cat.ANSI, "")).otherwise(raw_c)
+        )
+    routed: dict[str, list[pl.DataFrame]] = {}
+    odd_parts: list[pl.DataFrame] = []
+
+    def claim(name: str, part: pl.DataFrame) -> None:
+        if part.height:
+            routed.setdefault(name, []).append(part)
+
+    def split(part: pl.DataFrame, mask: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
+        # Each predicate is computed once; both sides are cheap view copies. A mask that is
+        # all false or all true needs no filter (small live batches mostly take this way).
+        if part.height == 0:
+            return part, part
+        if mask.null_count() == 0:
+            hits = mask.sum()
+            if hits == 0:
+                return part.clear(), part
+            if hits == part.height:
+                return part, part.clear()
+        return part.filter(mask), part.filter(~mask)
+
+    def join(part: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
+        return pl.concat([part, extra]) if extra.height else part
+
+    # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws, Ray's
+    # deduplicated repeats (one line, several records).
+    text = df["raw"]
+    if brace.any():
+        # Only a JSON value is read as JSON; a line that starts with `{` but does not parse
+        # (`{"log": [[[[...`, a cut object) is text like any other.
+        brace = brace & text.str.json_path_match("$").is_not_null()
+    odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
+    carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
+    if carriage.any():
+        odd_mask = odd_mask | (carriage & ~text.str.contains(r"^[^\r]*\r\n?$"))
+    if odd_mask.any():
+        odd, df = split(df, odd_mask)
+        odd_parts.append(odd)
+    # 1. uvicorn access lines, the bulk of a busy server's log.
+    http, shape = _access_masks(df["raw"])
+    access, rest = split(df, http)
+    if access.height:
+        # A vLLM header makes it a vLLM record (an access line quoted in a prompt is data).
+        # (`] ` first: a literal scan; uvicorn's access lines have none.)
+        text = access["raw"]
+        header = text.str.contains("] ", literal=True)
+        if header.any():
+            header = header & text.str.contains(cat.HEADER_CORE)
+        plain = shape.filter(http) & ~header
+        good, bad = split(access, plain)
+        claim("access", good)
+        rest = join(rest, bad)
+    # 2. kinds parsed per line (preemption, KV sizing, config).
+    py, rest = split(rest, rest["raw"].str.contains(_PY_LIT))
+    odd_parts.append(py)
+    # 3. scheduler stats: well-formed single records only; anything else is damage.
+    candidates, rest = split(rest, rest["raw"].str.contains(_STATS_LIT))
+    if candidates.height:
+        single = candidates["raw"].str.count_matches(cat.HEADER_CORE) == 1
+        good, bad = split(candidates, single & candidates["raw"].str.contains(_STATS_VALID))
+        claim("stats", good)
+        odd_parts.append(bad)
+    # 4. request lifecycle lines; a request literal elsewhere in a message is just "other".
+    rest = rest.with_columns(raw_c.str.count_matches(cat.HEADER_CORE).alias("hdr"))
+    candidates, rest = split(rest, rest["raw"].str.contains_any(_REQ_STARTS))
+    if candidates.height:
+        good, bad = split(candidates, candidates["hdr"] == 1)
+        claim("requests", good.drop("hdr"))
+        odd_parts.append(bad.drop("hdr"))  # glued records or no header: per line
+    # `Request X aborted./failed …` (rare, several events per lead): per line when valid.
+    candidates, rest = split(rest, rest["raw"].str.contains(_REQ_LIT))
+    if candidates.height:
+        good, bad = split(
+            candidates, (candidates["hdr"] == 1) & candidates["raw"].str.contains(_REQ_VALID)
+        )
+        odd_parts.append(good.drop("hdr"))
+        rest = join(rest, bad)
+    # 5. everything else: blank, one vLLM header (other), uvicorn's own lines, or odd.
+    if rest.height:
+        # Anchored: fails at the first non-space byte, so cheap on ordinary lines.
+        blank, rest = split(rest, rest["raw"].str.contains(r"^\s*$"))
+        claim("blank", blank)
+        other, rest = split(rest, rest["hdr"] == 1)
+        claim("other", other.drop("hdr"))
+        uvi, rest = split(rest, (rest["hdr"] == 0) & rest["raw"].str.contains(_UVICORN_PROBE))
+        claim("other_uvi", uvi.drop("hdr"))
+        # 6. lines with nothing the per-line path could read (no header, no literal, no
+        # envelope) after a line they cannot continue: unrecognised here, so a file of noise
+        # costs what a log costs, not a Python call per line.
+        bare = rest["raw"].str.strip_chars_end("\r\n")
+        lone, rest = split(
+            rest,
+            (rest["hdr"] == 0) & ~bare.str.contains(_ENVELOPE_CUE) & ~bare.str.contains(_PLAIN_CUE),
+        )
+        if lone.height:
+            prev = before(lone)
+            joinable = (
+                (prev.str.len_chars() >= _lines.WRAP_MIN)
+                & (
+                    prev.str.contains(_ENVELOPE_CUE)
+                    | prev.str.contains(cat.TIMESTAMP)
+                    | prev.str.contains_any(_KIND_LITERALS)
+                )
+            ).fill_null(False)
+            tails, noise = split(lone, joinable)
+            claim("unrec", noise.drop("hdr"))
+            rest = join(rest, tails)
+        odd_parts.append(rest.drop("hdr"))
+
+    return routed, odd_parts
+
+
+def _assemble(
+    routed: dict[str, list[pl.DataFrame]],
+    odd_parts: list[pl.DataFrame],
+    settled: dict[str, int],
+    n: int,
+    before: Callable[[pl.DataFrame], pl.Series],
+    want_all: bool,
+) -> _Batch:
+    """Extract the claimed parts (or count them, in summary mode) and parse the odd lines.
+
+    `settled` counts lines whose kind is known but whose text was not kept (summary mode);
+    `before(odd)` gives the physical line before each line of `odd` (sorted by line), for
+    hard-wrap continuations.
+    """
+    frames: dict[str, list[pl.DataFrame]] = {kind: [] for kind in FRAME_SCHEMAS}
+    accounting = LineAccounting(lines=n)
+    counts = {name: sum(part.height for part in parts) for name, parts in routed.items()}
+    for name, count in settled.items():
+        counts[name] = counts.get(name, 0) + count
+    accounting.blank_lines = counts.get("blank", 0)
+    summarized: dict[str, int] = {}
+    rejected = pl.DataFrame(schema=_UNRECOGNIZED_ROWS)
+    if "stats" in routed:
+        stats, rejected = _stats_frames(pl.concat(routed["stats"], how="diagonal"))
+        frames["scheduler_stats"].append(stats)
+        counts["stats"] -= rejected.height
+    builders = {
+        "requests": ("requests", _requests_frame),
+        "access": ("access", _access_frame),
+        "other": ("other", lambda sub: _other_frame(sub, uvicorn=False)),
+        "other_uvi": ("other", lambda sub: _other_frame(sub, uvicorn=True)),
+    }
+    for name, (kind, builder) in builders.items():
+        if name not in counts:
+            continue
+        if want_all:
+            frames[kind].append(builder(pl.concat(routed[name], how="diagonal")))
+        else:
+            summarized[kind] = summarized.get(kind, 0) + counts[name]
+
+    odd_parts = [part for part in odd_parts if part.height]
+    parsed = 0
+    if odd_parts:
+        odd = pl.concat([part.select("line", "raw") for part in odd_parts]).sort("line")
+        odd = odd.with_columns(before(odd).rename("prev"))
+        result = _lines.parse_odd_lines(
+            [(int(a), str(b), c) for a, b, c in odd.select("line", "raw", "prev").iter_rows()]
+        )
+        parsed = result.parsed_lines
+        accounting.blank_lines += result.blank_lines
+        for kind, rows in result.rows.items():
+            frames[kind].append(_rows_frame(kind, rows))
+        if result.unrecognized:
+            frames["unrecognized"].append(
+                pl.DataFrame(
+                    result.unrecognized,
+                    schema=_UNRECOGNIZED_ROWS,
+                    orient="row",
+                )
+            )
+        accounting.unrecognized_lines += len(result.unrecognized)
+    if rejected.height:
+        frames["unrecognized"].append(rejected)
+        accounting.unrecognized_lines += rejected.height
+    if "cut" in routed:
+        frames["unrecognized"].extend(routed["cut"])
+        accounting.unrecognized_lines += sum(part.height for part in routed["cut"])
+    if "unrec" in routed:
+        noise = pl.concat(routed["unrec"])
+        frames["unrecognized"].append(
+            noise.select(
+                pl.col("line"),
+                pl.col("raw").str.strip_chars_end("\r\n").alias("text"),
+                pl.lit(_lines.NO_FORMAT).alias("reason"),
+            )
+        )
+        accounting.unrecognized_lines += noise.height
+    fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut"))
+    accounting.parsed_lines = fast_parsed + parsed
+    return _Batch(frames, accounting, summarized)
+
+
+def _rows_frame(kind: str, rows: list[dict[str, object]]) -> pl.DataFrame:
+    columns = _kind_columns(kind)
+    data = {name: [row.get(name) for row in rows] for name in columns}
+    return pl.DataFrame(data, schema=columns)
