@@ -362,6 +362,8 @@ def build_replay(
             "throughput and lower latency than replayed"
         )
     workload = workload_from_latencies(latencies)
+    if latencies is not None and workload is not None and _usable_rows(latencies) > len(workload):
+        preemptions = _whole_run_only(preemptions, len(workload), assumptions)
     figures = ObservedFigures(preemptions=preemptions)
     basis = ""
     if workload is not None and latencies is not None:
@@ -376,6 +378,11 @@ def build_replay(
             assumptions.append(f"no workload to replay: {exc}")
         else:
             workload = workload_from_observed(load, seed=seed)
+            if len(workload) > MAX_REPLAY_REQUESTS:
+                # A long log's load is replayed over its latest stretch: the cost of the
+                # advice check stays bounded whatever the size of the log.
+                workload = _latest(workload, MAX_REPLAY_REQUESTS)
+                preemptions = _whole_run_only(preemptions, len(workload), assumptions)
             basis = load.basis + "; lengths lognormal around the means"
             figures = ObservedFigures(
                 requests=len(workload),
@@ -386,6 +393,39 @@ def build_replay(
     else:
         assumptions.append("no workload to replay: no request data or stats lines")
     return Replay(workload, config, figures, assumptions, basis)
+
+
+def _usable_rows(frame: pl.DataFrame) -> int:
+    """Client rows workload_from_latencies can replay (start and both token counts)."""
+    return frame.filter(
+        pl.col("start").is_not_null()
+        & pl.col("prompt_tokens").is_not_null()
+        & pl.col("output_tokens").is_not_null()
+    ).height
+
+
+def _latest(workload: Workload, n: int) -> Workload:
+    """The last `n` requests of `workload`, arrivals from 0."""
+    keep = slice(len(workload) - n, None)
+    arrival = workload.arrival[keep]
+    return Workload(
+        arrival=arrival - arrival[0],
+        prompt_len=workload.prompt_len[keep],
+        output_len=workload.output_len[keep],
+        priority=workload.priority[keep],
+        request_ids=workload.request_ids[keep] if workload.request_ids else (),
+        description={**workload.description, "requests": n},
+    )
+
+
+def _whole_run_only(preemptions: int | None, replayed: int, assumptions: list[str]) -> None:
+    """A count over the whole run is not a count over the replayed stretch: not compared."""
+    if preemptions is not None:
+        assumptions.append(
+            f"the replay covers the latest {replayed:,} requests; the {preemptions:,} "
+            "preemptions counted cover the whole run, so the two are not compared"
+        )
+    return None
 
 
 SHARED_PREFIX_WARN = 0.05

@@ -34,7 +34,7 @@ def test_build_requirements_match_the_metadata() -> None:
 
 
 def _package_dir(package: str) -> Path:
-    mapping = PYPROJECT["tool"]["setuptools"]["package-dir"]
+    mapping: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
     return ROOT / mapping.get(package, package.replace(".", "/"))
 
 
