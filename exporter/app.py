@@ -300,6 +300,22 @@ def create_app(
             raise ApiError(503, "no analysis yet; the service is starting")
         return snap, snap.report
 
+    # Before the API's routes: `/api/deployments/{name:path}` would take `NAME/figures`.
+    try:
+        from preemptscope.exporter import pages
+    except ImportError as exc:  # the dashboard is optional; the API works without it
+        LOG.warning("live dashboard unavailable: %s", exc)
+    else:
+
+        def report_for_pages() -> Report:
+            return current()[1]
+
+        # On app.state so a test can count the (costly) report builds.
+        app.state.report_html = pages.ReportHtmlCache()
+        app.include_router(
+            pages.build_router(report_for_pages, [guard], report_cache=app.state.report_html)
+        )
+
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
         """Liveness: the process answers HTTP (nothing else is checked: restarting the process
@@ -431,21 +447,6 @@ def create_app(
         window_value = _window(form.get("window"), window_s)
         return await _report_from_uploads(
             logs, benches, window_value, max_inflated=UPLOAD_EXPANSION * max_upload
-        )
-
-    try:
-        from preemptscope.exporter import pages
-    except ImportError as exc:  # the dashboard is optional; the API works without it
-        LOG.warning("live dashboard unavailable: %s", exc)
-    else:
-
-        def report_for_pages() -> Report:
-            return current()[1]
-
-        # On app.state so a test can count the (costly) report builds.
-        app.state.report_html = pages.ReportHtmlCache()
-        app.include_router(
-            pages.build_router(report_for_pages, [guard], report_cache=app.state.report_html)
         )
 
     # Added innermost first: the access log sees every request, guards' refusals included.
