@@ -32,6 +32,8 @@ from preemptscope.errors import ConfigError
 # NCCL buffers and anything else sharing the GPU.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 MAX_SUGGESTED_UTILIZATION = 0.95
+# Below this peak KV usage, KV headroom cannot size a bigger batch (see _raise_max_num_seqs).
+KV_SIZING_FLOOR = 0.01
 UTILIZATION_STEP = 0.10
 MIN_BATCHED_TOKENS = 2048
 
@@ -460,6 +462,10 @@ def _raise_max_num_seqs(
     if capacity.max_num_seqs is not None and running and max(running) < capacity.max_num_seqs:
         return None  # the batch is not full: compute or the token budget is the limit
     peak_kv = max(kv)
+    if peak_kv < KV_SIZING_FLOOR:
+        # vLLM prints KV usage to 0.1 %: a ratio of a reading this small sizes nothing (it
+        # would suggest thousands of sequences, or overflow for a denormal).
+        return None
     by_kv = math.floor(base * p.kv_high / peak_kv)
     why = (
         f"KV peaks at {peak_kv:.0%} with {base} running: room for about {by_kv} at {p.kv_high:.0%}"

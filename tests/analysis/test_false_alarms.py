@@ -110,3 +110,12 @@ def test_a_disjoint_snapshot_does_not_make_the_log_old() -> None:
     # The user's own --now still rules: then the episode is history.
     pinned = AnalysisParams(now=report.windows[-1].end)
     assert run(pinned, logs=[logframes(rows)], metrics=snapshot).verdict.state == "at_risk"
+
+
+@pytest.mark.parametrize("kv", [5e-324, 1e-6, 0.001])
+def test_a_queue_beside_a_near_empty_kv_cache_sizes_no_batch(kv: float) -> None:
+    """KV usage too small to read (vLLM prints 0.1 %) suggests no max_num_seqs, and never
+    overflows (hypothesis found 5e-324: KV headroom of infinity sequences)."""
+    rows = [stat(i * 10, running=1, waiting=10, kv=kv) for i in range(30)]
+    report = run(logs=[logframes(rows)])
+    assert not any(a.action == "raise_max_num_seqs" for a in report.advice)
