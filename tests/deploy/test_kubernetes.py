@@ -251,11 +251,6 @@ def test_the_sidecar_arguments_are_valid_serve_settings(
     port = next(p for p in sidecar["ports"] if p["name"] == "preemptscope")
     assert config.port == port["containerPort"]
     assert config.token == "a-token-of-32-characters-or-more"
-    if not any(
-        "POD_NAMESPACE" in (ROOT / "preemptscope" / name).read_text()
-        for name in ("settings.py", "inputs.py")
-    ):
-        pytest.skip("downward-API naming (POD_NAME/POD_NAMESPACE) not in this tree yet (#13.3)")
     # The log and the local scrape join as one server, named namespace/pod.
     assert [t.deployment for t in config.logs] == ["llm/vllm-7d9f-x2"]
     assert [t.deployment for t in config.scrapes] == ["llm/vllm-7d9f-x2"]
@@ -263,8 +258,6 @@ def test_the_sidecar_arguments_are_valid_serve_settings(
 
 @needs_kubectl
 def test_the_central_arguments_are_valid_serve_settings(tmp_path: Path) -> None:
-    if "prometheus" not in settings.BY_NAME:
-        pytest.skip("serve --prometheus is not in this tree yet (issue 13 point 2)")
     deployment = one("Deployment", FLEET, "preemptscope")
     (container,) = pod_spec(deployment)["containers"]
     config_map = next(
