@@ -363,7 +363,8 @@ def build_replay(
         )
     workload = workload_from_latencies(latencies)
     if latencies is not None and workload is not None and _usable_rows(latencies) > len(workload):
-        preemptions = _whole_run_only(preemptions, len(workload), assumptions)
+        _note_whole_run(preemptions, len(workload), assumptions)
+        preemptions = None
     figures = ObservedFigures(preemptions=preemptions)
     basis = ""
     if workload is not None and latencies is not None:
@@ -382,7 +383,8 @@ def build_replay(
                 # A long log's load is replayed over its latest stretch: the cost of the
                 # advice check stays bounded whatever the size of the log.
                 workload = _latest(workload, MAX_REPLAY_REQUESTS)
-                preemptions = _whole_run_only(preemptions, len(workload), assumptions)
+                _note_whole_run(preemptions, len(workload), assumptions)
+                preemptions = None
             basis = load.basis + "; lengths lognormal around the means"
             figures = ObservedFigures(
                 requests=len(workload),
@@ -418,14 +420,13 @@ def _latest(workload: Workload, n: int) -> Workload:
     )
 
 
-def _whole_run_only(preemptions: int | None, replayed: int, assumptions: list[str]) -> None:
+def _note_whole_run(preemptions: int | None, replayed: int, assumptions: list[str]) -> None:
     """A count over the whole run is not a count over the replayed stretch: not compared."""
     if preemptions is not None:
         assumptions.append(
             f"the replay covers the latest {replayed:,} requests; the {preemptions:,} "
             "preemptions counted cover the whole run, so the two are not compared"
         )
-    return None
 
 
 SHARED_PREFIX_WARN = 0.05
