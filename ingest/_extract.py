@@ -63,27 +63,14 @@ def _pct(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Float64, strict=False) * 0.01
 
 
-_STATS_INTS = ("engine", "running", "waiting", "swapped", "deferred", "preemptions")
-_STATS_FLOATS = (
-    "prompt_throughput",
-    "generation_throughput",
-    "throughput_v01",
-    "gpu_kv_cache_usage",
-    "cpu_kv_cache_usage",
-    "prefix_cache_hit_rate",
-    "external_prefix_cache_hit_rate",
-    "mm_cache_hit_rate",
-)
-
-
 def _stats_invalid(msg: pl.Expr) -> pl.Expr:
     """The first stats field whose text is no number of its column (null when all fit)."""
     checks = []
     for name, pattern in cat.STATS_FIELDS:
-        if name not in _STATS_INTS and name not in _STATS_FLOATS:
+        if name not in cat.STATS_INT_FIELDS and name not in cat.STATS_FLOAT_FIELDS:
             continue
         text = msg.str.extract(pattern, 1)
-        value = text.cast(pl.Int64 if name in _STATS_INTS else pl.Float64, strict=False)
+        value = text.cast(pl.Int64 if name in cat.STATS_INT_FIELDS else pl.Float64, strict=False)
         bad = text.is_not_null() & (value.is_null() | ~value.cast(pl.Float64).is_finite())
         checks.append(pl.when(bad).then(pl.lit(f"scheduler_stats.{name}")))
     return pl.coalesce(checks)

@@ -166,17 +166,7 @@ def stats_fields(message: str) -> dict[str, Any]:
     generation = _num(found["generation_throughput"])
     if generation is None:
         generation = _num(found["throughput_v01"])
-    ints = ("engine", "running", "waiting", "swapped", "deferred", "preemptions")
-    floats = (
-        "prompt_throughput",
-        "generation_throughput",
-        "throughput_v01",
-        "gpu_kv_cache_usage",
-        "cpu_kv_cache_usage",
-        "prefix_cache_hit_rate",
-        "external_prefix_cache_hit_rate",
-        "mm_cache_hit_rate",
-    )
+    ints, floats = cat.STATS_INT_FIELDS, cat.STATS_FLOAT_FIELDS
     # A field whose text is there but is no number of its column (`1.2.3`, 400 digits):
     # out_of_range makes the line unrecognised, as the vectorised path does.
     invalid = next(

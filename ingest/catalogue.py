@@ -252,6 +252,19 @@ STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("external_prefix_cache_hit_rate", r"External prefix cache hit rate: ([\d.]+)%"),
     ("mm_cache_hit_rate", r"MM cache hit rate: ([\d.]+)%"),
 )
+# The numeric stats columns, by type: a field whose text does not fit makes its line
+# unrecognised (both the column-wise and the per-line path check these).
+STATS_INT_FIELDS = ("engine", "running", "waiting", "swapped", "deferred", "preemptions")
+STATS_FLOAT_FIELDS = (
+    "prompt_throughput",
+    "generation_throughput",
+    "throughput_v01",
+    "gpu_kv_cache_usage",
+    "cpu_kv_cache_usage",
+    "prefix_cache_hit_rate",
+    "external_prefix_cache_hit_rate",
+    "mm_cache_hit_rate",
+)
 # Whole known fields, removed to leave the unknown ones as `extra`.
 STATS_KNOWN_FIELDS = (
     r"Engine \d+: |\b\d+ Engines Aggregated: |Avg (?:prompt|generation) throughput: [\d.]+ tokens/s"
