@@ -19,7 +19,8 @@ def cases(draw: st.DrawFn) -> tuple[Workload, SimConfig]:
     priorities = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
     block_size = draw(st.sampled_from([1, 8, 16, 32]))
     max_model_len = 512
-    min_blocks = -(-max_model_len // block_size)  # vLLM needs one max-length request to fit
+    # vLLM needs one max-length request to fit, beside the pool's null block (block 0).
+    min_blocks = -(-max_model_len // block_size) + 1
     blocks = draw(st.integers(min_blocks, min_blocks * 2))  # tight: preemption is common
     max_num_seqs = draw(st.integers(1, 32))
     config = SimConfig(
