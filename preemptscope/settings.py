@@ -615,17 +615,20 @@ def _checked_token_file(path: str | None) -> str | None:
     return path or None
 
 
+def read_secret(path: str, flag: str) -> str:
+    """A token or password kept in a file (`flag` names it in errors): stripped, never empty."""
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{flag} {path}: cannot read: {exc}") from None
+    if not value:
+        raise ConfigError(f"{flag} {path}: the file is empty")
+    return value
+
+
 def prometheus_token(path: str | None) -> str | None:
     """The bearer token in --prometheus-token-file (read when the Prometheus source starts)."""
-    if not path:
-        return None
-    try:
-        token = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--prometheus-token-file {path}: cannot read: {exc}") from None
-    if not token:
-        raise ConfigError(f"--prometheus-token-file {path}: the file is empty")
-    return token
+    return read_secret(path, "--prometheus-token-file") if path else None
 
 
 def _split_target(item: str, flag: str) -> tuple[str, str | None]:

@@ -15,7 +15,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -187,16 +186,6 @@ def add_prometheus_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _secret(path: str, flag: str) -> str:
-    try:
-        value = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{flag} {path}: cannot read ({exc})") from None
-    if not value:
-        raise ConfigError(f"{flag} {path}: the file is empty")
-    return value
-
-
 def fleet_options(args: argparse.Namespace) -> FleetOptions | None:
     """The --prometheus flags as FleetOptions; None without --prometheus."""
     fleet_only = ("since", "selector", "group_by", "prometheus_token",
@@ -222,12 +211,12 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions | None:
     )
     token = args.prometheus_token
     if args.prometheus_token_file:
-        token = _secret(args.prometheus_token_file, "--prometheus-token-file")
+        token = settings.read_secret(args.prometheus_token_file, "--prometheus-token-file")
     password = None
     if args.prometheus_password_file:
         if not args.prometheus_user:
             raise ConfigError("--prometheus-password-file needs --prometheus-user")
-        password = _secret(args.prometheus_password_file, "--prometheus-password-file")
+        password = settings.read_secret(args.prometheus_password_file, "--prometheus-password-file")
     group_by = tuple(x.strip() for x in (args.group_by or "").split(",") if x.strip())
     return FleetOptions(
         url=args.prometheus,
