@@ -19,8 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -30,34 +31,63 @@ from preemptscope.fleet import Fleet, FleetOptions
 from tests.fleet import fleetgen
 
 
+def build(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Simulate, write OpenMetrics and backfill into root/tsdb, unless root holds that fleet."""
+    key = {"servers": args.servers, "days": args.days, "interval_s": args.interval}
+    saved = root / "fleet.json"
+    if saved.is_file():
+        meta: dict[str, Any] = json.loads(saved.read_text())
+        if {k: meta.get(k) for k in key} == key and (root / "tsdb").is_dir():
+            return meta
+        raise SystemExit(f"{root} holds another fleet ({saved}): give an empty --data")
+    root.mkdir(parents=True, exist_ok=True)
+    meta = dict(key)
+    t = time.perf_counter()
+    fleet = fleetgen.build_fleet(servers=args.servers, days=args.days, interval=args.interval)
+    meta["simulate_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    fleetgen.write_openmetrics(fleet, root / "history.om")
+    meta["openmetrics_s"] = round(time.perf_counter() - t, 1)
+    meta["openmetrics_mb"] = round((root / "history.om").stat().st_size / 1e6)
+    t = time.perf_counter()
+    fleetgen.backfill(root / "history.om", root / "tsdb")
+    meta["backfill_s"] = round(time.perf_counter() - t, 1)
+    (root / "history.om").unlink()
+    scrapes = sum(len(s.rendered) for s in fleet)
+    series = sum(1 for line in fleet[0].rendered[0][1].splitlines() if line[:1] not in "#")
+    meta["samples"] = scrapes * series
+    meta["start"] = min(s.start for s in fleet).isoformat()
+    meta["end"] = (
+        max(when for s in fleet for when, _ in s.texts) + timedelta(seconds=1)
+    ).isoformat()
+    saved.write_text(json.dumps(meta, indent=2))
+    return meta
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--servers", type=int, default=10)
     parser.add_argument("--days", type=float, default=1.0)
     parser.add_argument("--interval", type=float, default=15.0, help="scrape interval, s")
-    parser.add_argument("--window", default="60s")
+    parser.add_argument("--window", default=None, help="--window for report (default: automatic)")
+    parser.add_argument(
+        "--data", type=Path, default=None,
+        help="keep the TSDB here and reuse it when it exists (building it is setup, not measured)",
+    )  # fmt: skip
+    parser.add_argument("--profile", action="store_true", help="pyinstrument the in-process read")
+    parser.add_argument("--build-only", action="store_true", help="build --data and stop")
     args = parser.parse_args()
     out: dict[str, object] = {
         "servers": args.servers, "days": args.days, "interval_s": args.interval,
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-        root = Path(tmp)
-        t = time.perf_counter()
-        fleet = fleetgen.build_fleet(servers=args.servers, days=args.days, interval=args.interval)
-        out["simulate_s"] = round(time.perf_counter() - t, 1)
-        t = time.perf_counter()
-        fleetgen.write_openmetrics(fleet, root / "history.om")
-        out["openmetrics_s"] = round(time.perf_counter() - t, 1)
-        out["openmetrics_mb"] = round((root / "history.om").stat().st_size / 1e6)
-        t = time.perf_counter()
-        fleetgen.backfill(root / "history.om", root / "tsdb")
-        out["backfill_s"] = round(time.perf_counter() - t, 1)
-        (root / "history.om").unlink()
-        scrapes = sum(len(s.rendered) for s in fleet)
-        series = sum(1 for line in fleet[0].rendered[0][1].splitlines() if line[:1] not in "#")
-        out["samples"] = scrapes * series
-        start = min(s.start for s in fleet)
-        end = max(when for s in fleet for when, _ in s.texts) + timedelta(seconds=1)
+        root = args.data or Path(tmp)
+        meta = build(root, args)
+        out.update(meta)
+        if args.build_only:
+            print(json.dumps(out, indent=2))
+            return 0
+        start, end = (datetime.fromisoformat(meta[k]) for k in ("start", "end"))
         with fleetgen.running_prometheus(root / "tsdb", root) as url:
             # One server in-process: reading from Prometheus vs analysing.
             options = FleetOptions(url=url, start=start, end=end, timeout_s=600)

@@ -99,7 +99,11 @@ def register(subparsers: Any) -> None:
         help="vllm bench serve --save-detailed JSON, GuideLLM benchmarks.json, CSV/JSONL rows",
     )
     add_prometheus_args(parser)
-    parser.add_argument("--window", default="60s", help="window length (default 60s)")
+    parser.add_argument(
+        "--window",
+        help="window length (default 60s; with --prometheus chosen from the range: 1m up to "
+        "a day, 5m up to 5 days, 15m up to 15 days, then 1h)",
+    )
     parser.add_argument(
         "--min-episode",
         default=f"{AnalysisParams.min_episode_s:g}s",
@@ -231,6 +235,7 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions | None:
             ca_file=args.prometheus_ca_file,
         ),
         timeout_s=parse_duration(args.prometheus_timeout),
+        window_s=parse_duration(args.window) if args.window else None,
     )
 
 
@@ -342,7 +347,8 @@ def build(args: argparse.Namespace) -> Built:
     # A fleet's verdicts are as of the end of the range asked for, not of each server's data.
     now = parse_time(args.now) if args.now else fleet.end if fleet is not None else None
     params = AnalysisParams(
-        window_s=parse_duration(args.window),
+        # With --prometheus the window is the one the servers were reduced with.
+        window_s=fleet.window if fleet is not None else parse_duration(args.window or "60s"),
         min_episode_s=parse_duration(args.min_episode),
         now=now,
     )
