@@ -35,6 +35,7 @@ from preemptscope.analysis.windows import (
 )
 from preemptscope.errors import ConfigError
 from preemptscope.fleet_reduce import (
+    MAX_AUTO_WINDOWS,
     Reduced,
     auto_window,
     base_name,
@@ -50,6 +51,7 @@ __all__ = [
     "FleetOptions",
     "Server",
     "discover",
+    "fleet_assumptions",
     "fleet_html",
     "fleet_rows",
     "fleet_table",
@@ -281,6 +283,26 @@ class Fleet:
         target.reduced = group_windows(parts, data, self.params)
         target.metrics = pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
         return target
+
+
+def fleet_assumptions(options: FleetOptions) -> list[str]:
+    """What the fleet report assumed, in words (the JSON `fleet.assumptions`, the terminal)."""
+    minutes = options.window / 60
+    size = f"{minutes:g} min" if minutes < 60 else f"{minutes / 60:g} h"
+    days = (options.end - options.start).total_seconds() / 86400
+    if options.window_s is None:
+        why = (
+            f"chosen for a {days:.3g}-day range (the shortest of 1 min, 5 min, 15 min, 1 h, "
+            f"6 h, 1 day giving at most {MAX_AUTO_WINDOWS:,} windows; --window sets it)"
+        )
+    else:
+        why = "as --window asked"
+    return [
+        f"windows of {size} {why}",
+        "per window, Prometheus computed the gauges (max, mean, scrapes) and each counter's "
+        "value at the window's end; the range's edges, restarts, gaps and busy windows were "
+        "read raw (docs/fleet.md)",
+    ]
 
 
 def join_local(fleet: Fleet, local: Sequence[DeploymentInputs]) -> Iterator[DeploymentInputs]:

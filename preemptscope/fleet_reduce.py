@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -69,7 +70,8 @@ BUSY = (M_PREEMPTIONS, M_KV, M_WAITING, M_RUNNING, M_PROMPT_TOKENS,
         "inter_token_latency_seconds", "time_per_output_token_seconds")  # fmt: skip
 # Points per answer: about 30 bytes each in JSON, so answers stay near 50 MB.
 POINTS_PER_ANSWER = 1_500_000
-STEPS_PER_QUERY = 10_000  # Prometheus refuses more than 11,000 points per series
+STEPS_PER_QUERY = 10_000
+PARALLEL_QUERIES = 2  # Prometheus refuses more than 11,000 points per series
 # The automatic window: the shortest of these giving at most MAX_AUTO_WINDOWS windows.
 AUTO_WINDOWS = (60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 86400.0)
 MAX_AUTO_WINDOWS = 1440
@@ -174,14 +176,24 @@ def reduce_fleet(
             f"(resets({{__name__={promapi.quote(n)}{extra}}}[{2 * w_ms}ms]) > 0)" for n in restart
         )
         queries.append(("restarts", f"count by (namespace, pod, instance, job) ({parts})", 0.0))
-    for lo in range(first_win, last_win + 1, steps):
-        hi = min(last_win, lo + steps - 1)
-        for kind, query, offset in queries:
-            answer = client.range_query(query, (lo + 1) * w + offset, (hi + 1) * w + offset, w)
-            for item in answer.labels:
-                if NAME_LABEL in item:
-                    item["__name__"] = item.pop(NAME_LABEL)
-            for name, part in _split(answer, by_identity, identify).items():
+    jobs = [
+        (kind, query, (lo + 1) * w + offset, (min(last_win, lo + steps - 1) + 1) * w + offset)
+        for lo in range(first_win, last_win + 1, steps)
+        for kind, query, offset in queries
+    ]
+
+    def run(job: tuple[str, str, float, float]) -> tuple[str, dict[str, promapi.RawSamples]]:
+        kind, query, first, last = job
+        answer = client.range_query(query, first, last, w)
+        for item in answer.labels:
+            if NAME_LABEL in item:
+                item["__name__"] = item.pop(NAME_LABEL)
+        return kind, _split(answer, by_identity, identify)
+
+    # Two queries at a time: Prometheus evaluates one query on one core.
+    with ThreadPoolExecutor(max_workers=PARALLEL_QUERIES) as pool:
+        for kind, parts in pool.map(run, jobs):
+            for name, part in parts.items():
                 if kind == "restarts":
                     wins = ((part.samples["t"] / w).round().cast(pl.Int64) - 1).to_list()
                     out[name].restarts.update(wins)
@@ -335,7 +347,8 @@ def server_windows(
     data = sorted((present - raw) | raw_data)
     gauges = _gauges(maxima, sums, counts, sampled, data, raw, params)
     bounds = [(_at(k * w_s), _at((k + 1) * w_s)) for k in data]
-    preempted = latency.counter_increases(mixed, M_PREEMPTIONS, bounds)
+    counter = mixed.filter(pl.col("metric") == M_PREEMPTIONS)
+    preempted = latency.counter_increases(counter, M_PREEMPTIONS, bounds)
     hot = {
         k
         for k, p, kv, wait in zip(
@@ -471,6 +484,14 @@ def group_windows(
     )
     w_s = params.window_us / 1e6
     bounds = [(_at(k * w_s), _at((k + 1) * w_s)) for k in data]
+    # Each metric's rows apart once: the latency functions then filter small frames.
+    by_metric = {
+        str(key[0]): part for key, part in mixed.partition_by("metric", as_dict=True).items()
+    }
+    empty = mixed.clear()
+
+    def of(metric: str) -> pl.DataFrame:
+        return by_metric.get(metric, empty)
 
     def rate(value: float | None) -> float | None:
         return value / params.window_s if value is not None else None
@@ -480,13 +501,17 @@ def group_windows(
             "win": list(data),
             "m_preemptions": [
                 round(x) if x is not None else None
-                for x in latency.counter_increases(mixed, M_PREEMPTIONS, bounds)
+                for x in latency.counter_increases(of(M_PREEMPTIONS), M_PREEMPTIONS, bounds)
             ],
             "m_prompt_tp": [
-                rate(x) for x in latency.counter_increases(mixed, M_PROMPT_TOKENS, bounds)
+                rate(x)
+                for x in latency.counter_increases(of(M_PROMPT_TOKENS), M_PROMPT_TOKENS, bounds)
             ],
             "m_gen_tp": [
-                rate(x) for x in latency.counter_increases(mixed, M_GENERATION_TOKENS, bounds)
+                rate(x)
+                for x in latency.counter_increases(
+                    of(M_GENERATION_TOKENS), M_GENERATION_TOKENS, bounds
+                )
             ],
         },
         schema={
@@ -518,10 +543,14 @@ def group_windows(
         ]
     )
     by_win: dict[int, dict[str, LatencyStats]] = {k: {} for k in data}
+    with_buckets = {m for m, part in by_metric.items() if (part["sample"] == "bucket").any()}
     for kind in HISTOGRAM_KINDS:
-        for k, stats in zip(
-            data, latency.histogram_windows_stats(mixed, kind, bounds), strict=True
-        ):
+        # The kind's first histogram present, as latency.histogram_metric picks it.
+        name = next((n for n in latency.HISTOGRAM_METRICS[kind] if n in with_buckets), None)
+        if name is None:
+            continue
+        found = latency.histogram_windows_stats(of(name), name, bounds)
+        for k, stats in zip(data, found, strict=True):
             if stats is not None:
                 by_win[k][kind] = stats
     return MetricWindows(params.window_us, table, {k: v for k, v in by_win.items() if v})

@@ -33,7 +33,14 @@ from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.sim.whatif import WhatIfOutcome
 from preemptscope.errors import ConfigError, InputError, PreemptscopeError
-from preemptscope.fleet import Fleet, FleetOptions, fleet_html, fleet_rows, fleet_table
+from preemptscope.fleet import (
+    Fleet,
+    FleetOptions,
+    fleet_assumptions,
+    fleet_html,
+    fleet_rows,
+    fleet_table,
+)
 from preemptscope.ingest.archive import is_archive
 from preemptscope.ingest.logs import YEAR_RANGE, ParseOptions
 from preemptscope.ingest.promapi import PromAuth
@@ -102,7 +109,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--window",
         help="window length (default 60s; with --prometheus chosen from the range: 1m up to "
-        "a day, 5m up to 5 days, 15m up to 15 days, then 1h)",
+        "a day, 5m up to 5 days, 15m up to 15 days, 1h up to 60 days, then longer)",
     )
     parser.add_argument(
         "--min-episode",
@@ -395,6 +402,9 @@ def build(args: argparse.Namespace) -> Built:
             "selector": fleet.selector,
             "group_by": list(fleet.group_by),
             "servers": fleet_rows(report, servers.groups),
+            "window_s": fleet.window,
+            "window_automatic": fleet.window_s is None,
+            "assumptions": fleet_assumptions(fleet),
         }
     return Built(inputs, report, summary)
 
@@ -443,6 +453,8 @@ def run(args: argparse.Namespace) -> int:
         console = Console()
         if built.fleet is not None:
             console.print(fleet_table(built.fleet["servers"], _fleet_title(built.fleet)))
+            for note in built.fleet["assumptions"]:
+                console.print(f"assumed: {note}")
         render_report(report, console)
         if args.html:
             print(f"HTML report: {args.html}")
