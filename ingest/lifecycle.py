@@ -91,28 +91,22 @@ def _fold_ids(
     if known_before is not None and known_before.len():
         reference = pl.concat([reference, known_before])
     known = reference.unique().implode()
-    direct = pl.col("request_id").is_in(known)
-    if events.select(direct.all()).item():
-        return events.with_columns(key=pl.col("request_id"))
-    # Each shortened id is computed once (as a column), and only on rows whose id is not
-    # known as it is (most rows are): the regex is what costs here.
-    one = pl.when(~direct).then(pl.col("request_id").str.replace(r"-[^-]+$", ""))
-    two = pl.col("_one").str.replace(r"-[^-]+$", "")
-    key = (
-        pl.when(pl.col("_direct"))
-        .then(pl.col("request_id"))
-        .when(pl.col("_one").is_in(known))
-        .then(pl.col("_one"))
-        .when(pl.col("_two").is_in(known))
-        .then(pl.col("_two"))
-        .otherwise(pl.col("request_id"))
-    )
-    return (
-        events.with_columns(_direct=direct, _one=one)
-        .with_columns(_two=two)
-        .with_columns(key=key)
-        .drop("_direct", "_one", "_two")
-    )
+    ids = events["request_id"]
+    unknown = (~events.select(pl.col("request_id").is_in(known)).to_series()).arg_true()
+    if unknown.len() == 0:
+        return events.with_columns(key=ids)
+    # The shortened spellings only for the ids not known as they are (most are): the regex is
+    # what costs here, and a when/then would run it on every row.
+    one = ids.gather(unknown).str.replace(r"-[^-]+$", "")
+    two = one.str.replace(r"-[^-]+$", "")
+    folded = pl.select(
+        pl.when(one.is_in(known))
+        .then(one)
+        .when(two.is_in(known))
+        .then(two)
+        .otherwise(ids.gather(unknown))
+    ).to_series()
+    return events.with_columns(key=ids.scatter(unknown, folded))
 
 
 def _numbered(events: pl.DataFrame) -> pl.DataFrame:
@@ -157,6 +151,56 @@ def _sessions(events: pl.DataFrame) -> pl.DataFrame:
     )
     later = pl.col("session").max().over(["deployment", "key"]) > pl.col("session")
     return sessions.with_columns(later=later)
+
+
+def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Sessions of the ids that are one request (every start before every other line), without
+    sorting the events, and the (deployment, key) of the others, for `_numbered`.
+
+    Most ids are one request: this is the fast path of the streaming join.
+    """
+    is_start = pl.col("event").is_in(_STARTS)
+    ts = pl.col("timestamp")
+
+    def when(condition: pl.Expr) -> pl.Expr:
+        return pl.when(condition).then(ts)
+
+    # Per-row columns first, plain aggregations after: filters inside an aggregation are
+    # evaluated group by group, which is what costs on millions of requests.
+    # (time, line) as one number: the order `_numbered` sorts by.
+    rank = pl.col("timestamp").dt.epoch("us").cast(pl.Int128) * (1 << 40) + pl.col("line")
+    first = pl.col("_sr").arg_min()  # the earliest start in (time, line) order
+    groups = (
+        events.with_columns(
+            _s=when(is_start),
+            _sr=pl.when(is_start).then(rank),
+            _or=pl.when(~is_start).then(rank),
+            _f=when(pl.col("event") == "finished"),
+            _g=when(pl.col("event") == "generated"),
+            _x=when(pl.col("event").is_in(["aborted", "failed"])),
+            _so=is_start & pl.col("_old"),
+        )
+        .group_by(["deployment", "key"])
+        .agg(
+            start=pl.col("_s").min(),
+            source=pl.col("source").get(first),
+            line=pl.col("line").get(first),
+            pid=pl.col("pid").get(first),
+            finished=pl.col("_f").min(),
+            generated=pl.col("_g").max(),
+            stopped=pl.col("_x").min(),
+            last=ts.max(),
+            old=pl.col("_so").any(),
+            _last_start=pl.col("_sr").max(),
+            _first_other=pl.col("_or").min(),
+        )
+    )
+    tangled = pl.col("start").is_not_null() & (pl.col("_last_start") >= pl.col("_first_other"))
+    simple = groups.filter(~tangled.fill_null(False)).with_columns(
+        session=pl.lit(0, pl.Int64), later=pl.lit(False)
+    )
+    others = groups.filter(tangled.fill_null(False)).select("deployment", "key")
+    return simple.drop("_last_start", "_first_other"), others
 
 
 def _joined(sessions: pl.DataFrame) -> pl.DataFrame:
@@ -287,13 +331,13 @@ class RequestJoin:
         self._recent = (
             pl.concat([self._recent, seen])
             .filter(pl.col("timestamp") >= cutoff)
-            .unique("request_id", keep="last", maintain_order=True)
             .tail(self._max_open)
         )
 
     def _settle(self, events: pl.DataFrame, newest: object) -> tuple[pl.DataFrame, pl.DataFrame]:
-        numbered = _numbered(events)
-        sessions = _sessions(numbered)
+        simple, tangled = _quick_sessions(events)
+        numbered = _numbered(events.join(tangled, on=["deployment", "key"], how="semi"))
+        sessions = pl.concat([simple, _sessions(numbered)], how="diagonal_relaxed")
         if newest is None:
             done = pl.lit(True)
         else:
@@ -315,11 +359,16 @@ class RequestJoin:
         )
         joined = _joined(sessions.filter(pl.col("_done"))).select(list(JOINED))
         self.open_requests = still.height
-        self._open = (
-            numbered.join(still.select(*_GROUP), on=_GROUP, how="semi")
-            .with_columns(_old=pl.lit(True))
-            .select(*_EVENT_COLUMNS, "key", "_old")
-        )
+        keep = [*_EVENT_COLUMNS, "key", "_old"]
+        open_simple = still.filter(pl.col("session") == 0).select("deployment", "key")
+        self._open = pl.concat(
+            [
+                events.join(open_simple, on=["deployment", "key"], how="semi")
+                .join(tangled, on=["deployment", "key"], how="anti")
+                .select(keep),
+                numbered.join(still.select(*_GROUP), on=_GROUP, how="semi").select(keep),
+            ]
+        ).with_columns(_old=pl.lit(True))
         return arrivals.cast(ARRIVALS), joined.cast(JOINED)
 
 

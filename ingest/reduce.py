@@ -14,7 +14,9 @@ are exact whatever the number).
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import polars as pl
 from preemptscope.ingest.lifecycle import RequestJoin
@@ -111,34 +113,44 @@ def reduce_paths(
     options = options or ParseOptions()
     reducer = LogReducer()
     results: dict[str, LogFrames] = {}
-    found: dict[str, list[tuple[pl.DataFrame, pl.DataFrame]]] = {}
-    for path in sorted(dict.fromkeys(paths), key=lambda p: (_mtime(p), p)):
-        combined: LogFrames | None = None
-        for part in iter_parse_path(
-            path, deployment=deployment, options=options, keep=REDUCED, limits=limits
-        ):
-            piece, arrivals, joined = reducer.add(part)
-            found.setdefault(path, []).append((arrivals, joined))
-            if combined is None:
-                combined = piece
-            else:
-                combined.extend(piece)
-        results[path] = combined or LogFrames(
-            source=path, deployment=deployment, timezone=options.tz
-        )
-    found.setdefault("", []).append(reducer.close())
+    found: list[tuple[pl.DataFrame, pl.DataFrame]] = []
+    # The join runs in its own thread, one chunk behind the dating of the next (Polars
+    # releases the GIL): both are sequential, neither waits for the other. At most two
+    # chunks wait for it, so memory stays flat.
+    with ThreadPoolExecutor(max_workers=1) as joiner:
+        pending: deque[tuple[str, Future[tuple[LogFrames, pl.DataFrame, pl.DataFrame]]]] = deque()
+
+        def collect(limit: int) -> None:
+            while len(pending) > limit:
+                path, future = pending.popleft()
+                piece, arrivals, joined = future.result()
+                found.append((arrivals, joined))
+                if path in results:
+                    results[path].extend(piece)
+                else:
+                    results[path] = piece
+
+        for path in sorted(dict.fromkeys(paths), key=lambda p: (_mtime(p), p)):
+            for part in iter_parse_path(
+                path, deployment=deployment, options=options, keep=REDUCED, limits=limits
+            ):
+                pending.append((path, joiner.submit(reducer.add, part)))
+                collect(2)
+            collect(0)
+            if path not in results:
+                results[path] = LogFrames(source=path, deployment=deployment, timezone=options.tz)
+    found.append(reducer.close())
     # Rows go to the file their request started in (a join may settle it in a later file).
     pieces: dict[str, tuple[list[pl.DataFrame], list[pl.DataFrame]]] = {
         p: ([], []) for p in results
     }
-    for parts in found.values():
-        for arrivals, joined in parts:
-            for frame, slot in ((arrivals, 0), (joined, 1)):
-                if frame.height == 0:
-                    continue
-                for (source,), rows in frame.group_by("source"):
-                    if str(source) in pieces:
-                        pieces[str(source)][slot].append(rows.drop("source"))
+    for arrivals, joined in found:
+        for frame, slot in ((arrivals, 0), (joined, 1)):
+            if frame.height == 0:
+                continue
+            for (source,), rows in frame.group_by("source"):
+                if str(source) in pieces:
+                    pieces[str(source)][slot].append(rows.drop("source"))
     for path, frames in results.items():
         arrived, ended = pieces[path]
         frames.arrivals = _sorted(arrived, ARRIVALS, "timestamp")
