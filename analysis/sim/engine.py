@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from preemptscope.analysis.kvmodel import KVCapacity
-from preemptscope.analysis.sim.config import SimConfig, cost_model
+from preemptscope.analysis.sim.config import FittedStepCost, SimConfig, cost_model
 from preemptscope.analysis.sim.steps import (
     EMPTY,
     LazyState,
@@ -43,7 +44,7 @@ from preemptscope.analysis.sim.workload import FloatArray, IntArray, Workload
 
 from preemptscope.errors import ConfigError
 
-__all__ = ["SimResult", "StepSeries", "simulate"]
+__all__ = ["SimResult", "StepSeries", "engine_key", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,33 @@ def simulate(
     fast_forward=False turns both shortcuts off (the plain step-by-step loop, for checking).
     """
     return _Run(workload, config, until, record_tokens, fast_forward).run(max_steps)
+
+
+def engine_key(config: SimConfig) -> tuple[Any, ...]:
+    """Everything `simulate` reads from a config: equal keys give identical runs.
+
+    Two settings that differ only where the engine cannot see it (tensor or pipeline
+    parallelism over the same GPUs and blocks, a fit's description) share one key.
+    """
+    cost = cost_model(config)
+    cost_key: Any = (
+        (cost.per_step_s, cost.per_prefill_token_s, cost.per_decode_token_s)
+        if isinstance(cost, FittedStepCost)
+        else cost
+    )
+    return (
+        config.capacity().num_gpu_blocks,
+        cost_key,
+        config.block_size,
+        config.max_model_len,
+        config.max_num_seqs,
+        config.max_num_batched_tokens,
+        config.scheduling_policy,
+        config.enable_chunked_prefill,
+        config.scheduler_reserve_full_isl,
+        config.watermark,
+        config.enable_prefix_caching,
+    )
 
 
 class _Run:
