@@ -38,18 +38,24 @@ def git(*args: str) -> str:
 
 def load_reference(rev: str) -> Any:
     """`simulate` as of commit `rev` (its config, steps and engine modules), beside this one."""
+    return load_modules(rev)["engine"].simulate
+
+
+def load_modules(rev: str) -> dict[str, types.ModuleType]:
+    """The simulator's config, steps and engine modules and analysis/advice.py as of `rev`."""
     tag = git("rev-parse", "--short", rev).strip()
     loaded: dict[str, str] = {}
-    for name in ("config", "steps", "engine"):
-        source = git("show", f"{rev}:analysis/sim/{name}.py")
+    for name in ("config", "steps", "engine", "advice"):
+        path = "analysis/advice.py" if name == "advice" else f"analysis/sim/{name}.py"
+        source = git("show", f"{rev}:{path}")
         for other, module_name in loaded.items():  # the reference's own modules, not ours
             source = source.replace(f"{SIM}.{other} import", f"{module_name} import")
         module_name = f"_sim_{tag}_{name}"
         module = types.ModuleType(module_name)
         sys.modules[module_name] = module  # dataclasses look their module up while exec runs
-        exec(compile(source, f"{tag}:analysis/sim/{name}.py", "exec"), module.__dict__)
+        exec(compile(source, f"{tag}:{path}", "exec"), module.__dict__)
         loaded[name] = module_name
-    return sys.modules[loaded["engine"]].simulate
+    return {name: sys.modules[module_name] for name, module_name in loaded.items()}
 
 
 def main() -> int:

@@ -66,6 +66,9 @@ class SimResult:
     token_time: FloatArray
     end_time: float
     clamped_requests: int  # requests shortened to fit max_model_len
+    # Any max_num_batched_tokens from this up to the config's gives this very run (every
+    # budget decision the same); above the config's value: the budget cut something short.
+    budget_needed: int = 0
 
     @property
     def total_preemptions(self) -> int:
@@ -191,6 +194,9 @@ class _Run:
         self.chunked = config.enable_chunked_prefill
         self.max_seqs = config.max_num_seqs
         self.max_batched = config.max_num_batched_tokens
+        # The smallest budget under which every budget decision of this run comes out the
+        # same (max_batched + 1: the budget cut some request's tokens).
+        self.budget_needed = 0
 
         n = self.n = len(workload)
         self.arrival = workload.arrival
@@ -267,7 +273,7 @@ class _Run:
         lz.ctx0 = int(np.add.reduce(comp))
         self.r_alive[:k] = True
         self.r_join[:k] = 1
-        rebuild_heap(lz, self.r_tgt, self.r_gen)
+        rebuild_heap(lz, self.r_tgt, self.r_gen, self.size)
 
     def record_lazy_tokens(self, slots: IntArray) -> None:
         """Tokens of these slots from their first lazy step through the current one."""
@@ -356,6 +362,7 @@ class _Run:
                         waiting.unpop(req)
                     return False
                 break
+            self.budget_needed = max(self.budget_needed, self.max_batched - budget_left + tokens)
             if r in self.cached:  # a resumed request may hit its own blocks: the plain step
                 for req, _ in reversed(picks):
                     waiting.unpop(req)
@@ -388,9 +395,10 @@ class _Run:
         for r, tokens in picks:
             first_prompt += self.join_lazy(r, tokens, lag, clock, end)
         n_done = 0
-        while lz.heap and lz.heap[0][0] <= lag:
-            _, slot = heapq.heappop(lz.heap)
-            free += self.leave_lazy(slot, lag, end)
+        heap, size = lz.heap, self.size
+        bound = (lag + 1) * size  # entries that finish at this lag or before
+        while heap and heap[0] < bound:
+            free += self.leave_lazy(heapq.heappop(heap) % size, lag, end)
             n_done += 1
         self.free = free
         self.log.add(clock, end, lz.alive, len(waiting), self.total_blocks - free, n_tokens,
@@ -409,7 +417,7 @@ class _Run:
         lz = self.lz
         if lz.slots == self.size:
             lz.slots = self.compact(apply_lag=False)
-            rebuild_heap(lz, self.r_tgt, self.r_gen)
+            rebuild_heap(lz, self.r_tgt, self.r_gen, self.size)
         slot = lz.slots
         lz.slots += 1
         gen0 = int(self.generated[r])
@@ -425,7 +433,7 @@ class _Run:
         lz.residues[base % self.bs] += 1
         lz.ctx0 += base
         lz.alive += 1
-        heapq.heappush(lz.heap, (int(self.target[r]) - gen0 - 1 + lag, slot))
+        heapq.heappush(lz.heap, (int(self.target[r]) - gen0 - 1 + lag) * self.size + slot)
         self.mark_scheduled(r, clock)
         if np.isnan(self.first_tok[r]):
             self.first_tok[r] = end
@@ -518,8 +526,10 @@ class _Run:
             comp = r_comp[:nr]
             if total_need <= budget:
                 q = need
+                self.budget_needed = max(self.budget_needed, total_need)
             else:
                 budget_limited = True
+                self.budget_needed = self.max_batched + 1  # the budget cut a request short
                 q = np.minimum(need, np.maximum(budget - (np.cumsum(need) - need), 0))
             new_blocks = -(-(comp + q) // bs)
             total_new = int(np.add.reduce(new_blocks)) - int(np.add.reduce(r_blk[:nr]))
@@ -549,7 +559,11 @@ class _Run:
                 tokens = int(self.ntok[r]) - hit  # a waiting request computed only its hit
                 if not self.chunked and tokens > budget:
                     break
-                tokens = min(tokens, budget)
+                if tokens > budget:
+                    self.budget_needed = self.max_batched + 1  # a partial prefill
+                    tokens = budget
+                else:
+                    self.budget_needed = max(self.budget_needed, self.max_batched - budget + tokens)
                 nb = -(-(hit + tokens) // bs)  # the hit's blocks leave the free queue too
                 # Whole-sequence admission (vLLM >= 0.19): blocks for all its tokens.
                 gate = -(-int(self.ntok[r]) // bs) if self.full_isl else nb
@@ -697,4 +711,5 @@ class _Run:
             token_time=token_time,
             end_time=self.clock,
             clamped_requests=self.clamped,
+            budget_needed=self.budget_needed,
         )

@@ -41,6 +41,7 @@ class WhatIfOutcome:
     ttft_p99: float | None
     recomputed_tokens: int  # prefill work redone because of preemption
     peak_running: int = 0  # the most requests running at once (within a step)
+    budget_needed: int = 0  # SimResult.budget_needed: a smaller token budget changes the run
 
     @property
     def e2e_p99_over_mean(self) -> float | None:
@@ -106,6 +107,7 @@ def outcome(result: SimResult) -> WhatIfOutcome:
         ttft_p99=_pct(ttft, 99),
         recomputed_tokens=recomputed,
         peak_running=peak_running(result),
+        budget_needed=result.budget_needed,
     )
 
 

@@ -136,3 +136,21 @@ def test_tensor_and_pipeline_parallel_over_the_same_gpus_share_a_key() -> None:
     tp, pp = base.with_changes({"tp": 2}), base.with_changes({"pp": 2})
     assert tp != pp and engine_key(tp) == engine_key(pp)
     assert engine_key(base) != engine_key(tp)  # the roofline sees the GPU count
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.floats(0.0, 1.0))
+def test_a_budget_above_what_the_run_needed_changes_nothing(
+    case: tuple[Workload, SimConfig], where: float
+) -> None:
+    """The advice skips replaying a smaller max_num_batched_tokens the run never needed."""
+    workload, config = case
+    now = simulate(workload, config, record_tokens=True)
+    low = max(now.budget_needed, config.max_num_seqs)
+    if low >= config.max_num_batched_tokens:
+        return  # the budget bound, or there is nothing smaller to try
+    budget = low + int(where * (config.max_num_batched_tokens - 1 - low))
+    again = simulate(
+        workload, dataclasses.replace(config, max_num_batched_tokens=budget), record_tokens=True
+    )
+    assert differences(fingerprint(now), fingerprint(again)) == []
