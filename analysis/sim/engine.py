@@ -537,6 +537,12 @@ class _Run:
                 r_blk[:nr] = new_blocks
                 free -= total_new
                 budget -= int(np.add.reduce(q)) if budget_limited else total_need
+            elif not self.policy_priority:
+                nr, free, preempted = self.preempt_fcfs(new_blocks, q, free, clock)
+                q = q[:nr]  # the survivors' tokens (0 where the budget ran out)
+                budget -= int(np.add.reduce(q))
+                need = r_ntok[:nr] - r_comp[:nr]
+                budget_limited = True
             else:
                 self.store()
                 running = r_id[:nr].tolist()
@@ -656,6 +662,50 @@ class _Run:
         if self.shortcuts and quiet and all_decode and nr:
             # The batch is decode-only and every request has its first token: go lazy.
             self.go_lazy()
+
+    def preempt_fcfs(
+        self, new_blocks: IntArray, q: IntArray, free: int, clock: float
+    ) -> tuple[int, int, int]:
+        """schedule_running for fcfs, on the batch arrays: the same decisions, fewer objects.
+
+        Requests take their blocks in running order; when one does not fit, the last running
+        request is preempted until it does (or it was the last one itself). Only requests that
+        need a new block can run short, so only they are walked. Returns (running after, free
+        blocks, preemptions); the running are a prefix of the batch.
+        """
+        tail = self.nr
+        r_blk = self.r_blk
+        granted = int(np.count_nonzero(q))  # a prefix: the budget ran out after it
+        more = new_blocks[:granted] - r_blk[:granted]
+        victims: list[int] = []
+        for i in np.flatnonzero(more).tolist():
+            if i >= tail:
+                break  # preempted already: the loop has run out of requests
+            wanted = int(more[i])
+            while wanted > free:
+                tail -= 1
+                victims.append(tail)
+                free += int(r_blk[tail])
+                if tail == i:
+                    break
+            if tail == i:
+                break
+            free -= wanted
+        scheduled = min(granted, tail)
+        r_blk[:scheduled] = new_blocks[:scheduled]
+        for slot in victims:  # in the order vLLM pops them: the last running first
+            victim = int(self.r_id[slot])
+            self.ntok[victim] = self.r_ntok[slot]
+            self.generated[victim] = self.r_gen[slot]
+            self.on_preempt(victim, int(r_blk[slot]), int(self.r_comp[slot]))
+            self.computed[victim] = 0
+            self.blocks[victim] = 0
+            self.npre[victim] += 1
+            self.pre_t.append(clock)
+            self.pre_r.append(victim)
+            self.waiting.prepend(victim)
+        self.nr = tail
+        return tail, free, len(victims)
 
     def fast_forward(self, last_step: float, kv_blocked: bool) -> None:
         """Run the quiet decode steps before the next arrival, completion or block shortage.
