@@ -46,6 +46,9 @@ from preemptscope.errors import ConfigError
 
 __all__ = ["SimResult", "StepSeries", "engine_key", "simulate"]
 
+# Fewer quiet lazy steps than this are cheaper one by one than with numpy.
+QUIET_RUN_MIN = 8
+
 
 @dataclass(frozen=True)
 class SimResult:
@@ -315,7 +318,11 @@ class _Run:
 
     def run(self, max_steps: int) -> SimResult:
         arrival, waiting, n = self.arrival, self.waiting, self.n
-        for _ in range(max_steps):
+        done = 0  # loop iterations, a quiet lazy run counting one per step
+        while True:
+            if done >= max_steps:
+                raise ConfigError(f"simulation exceeded max_steps={max_steps}")
+            done += 1
             while self.next_arr < n and arrival[self.next_arr] <= self.clock:
                 waiting.add(self.next_arr)
                 self.next_arr += 1
@@ -327,12 +334,14 @@ class _Run:
             if self.until is not None and self.clock >= self.until:
                 break
             if self.lz.on:
+                quiet = self.lazy_run()
+                if quiet:
+                    done += quiet - 1
+                    continue
                 if self.lazy_step():
                     continue
                 self.flush()
             self.plain_step()
-        else:
-            raise ConfigError(f"simulation exceeded max_steps={max_steps}")
         self.flush()
         self.store()
         return self.result()
@@ -408,6 +417,71 @@ class _Run:
         if not lz.alive:
             self.flush()
         return True
+
+    def lazy_run(self) -> int:
+        """The quiet lazy steps from now, at once; returns how many (0: none worth it).
+
+        Quiet: the whole batch decodes and nothing else happens (no finish, no block
+        shortage, no admission, no step at or after `until`) until the first finish, the
+        first step whose blocks would not fit, or a step at or after the next arrival when
+        that arrival could be admitted (an empty queue, or the priority heap's new head). A
+        head that waits for blocks keeps waiting: blocks only get scarcer meanwhile. Each
+        step is what lazy_step would compute: the same step times, the same sequential sums
+        of end times (np.cumsum adds in order).
+        """
+        lz, bs, size = self.lz, self.bs, self.size
+        lag0, dec = lz.lag, lz.alive
+        steps = lz.heap[0] // size - lag0 - 1  # before the first finish
+        if steps < QUIET_RUN_MIN:
+            return 0
+        waiting = self.waiting
+        blocked = False
+        budget_left = self.max_batched - dec
+        arrivals_count = budget_left > 0 and dec < self.max_seqs  # lazy_step looks at the head
+        if arrivals_count and len(waiting):
+            r = waiting.peek()
+            tokens = int(self.ntok[r])
+            if tokens > budget_left:
+                if self.chunked:
+                    return 0  # a partial prefill: lazy_step refuses it
+            else:
+                if r in self.cached:
+                    return 0
+                wm = self.watermark_blocks
+                if -(-tokens // bs) + wm <= self.free - lz.residues[-lag0 % bs]:
+                    return 0  # admitted in this step
+                blocked = True
+                self.budget_needed = max(self.budget_needed, dec + tokens)
+            arrivals_count = self.policy_priority  # a new arrival may become the head
+        residues = np.asarray(lz.residues, dtype=np.int64)
+        need = residues[-(lag0 + np.arange(steps, dtype=np.int64)) % bs]
+        used = np.cumsum(need)  # new blocks after each step
+        steps = min(steps, int(np.searchsorted(used, self.free, side="right")))
+        if steps < QUIET_RUN_MIN:
+            return 0
+        times = self.cost.decode_step_times(dec, float(lz.ctx0 + dec * lag0), steps)
+        ends = np.cumsum(np.concatenate(([self.clock], times)))
+        starts = ends[:-1]
+        if self.until is not None:
+            steps = min(steps, int(np.searchsorted(starts, self.until, side="left")))
+        arrival, nxt = self.arrival, self.next_arr
+        if arrivals_count and nxt < self.n:
+            steps = min(steps, int(np.searchsorted(starts, arrival[nxt], side="left")))
+        if steps < 1:
+            return 0
+        starts, ends, used = starts[:steps], ends[1 : steps + 1], used[:steps]
+        # Arrivals join the queue before the step that starts at or after them.
+        joined = np.searchsorted(arrival, starts, side="right") - nxt
+        self.log.add_decode_run(float(starts[0]), ends, dec, len(waiting) + joined,
+                                self.total_blocks - self.free + used, blocked)  # fmt: skip
+        for r in range(nxt, nxt + int(joined[-1])):
+            waiting.add(r)
+        self.next_arr = nxt + int(joined[-1])
+        lz.ends.extend(ends.tolist())
+        lz.lag = lag0 + steps
+        self.free -= int(used[-1])
+        self.clock = float(ends[-1])
+        return steps
 
     def join_lazy(self, r: int, tokens: int, lag: int, clock: float, end: float) -> int:
         """Admit request r, whose whole remaining prompt (`tokens`) runs in this lazy step.

@@ -88,17 +88,17 @@ class StepLog:
         start: float,
         ends: FloatArray,
         batch: int,
-        waiting: int,
+        waiting: int | IntArray,
         used: IntArray,
         blocked: bool,
     ) -> None:
-        """Consecutive decode steps of one unchanged batch (fast-forward)."""
+        """Consecutive decode steps of one unchanged batch (fast-forward, quiet lazy steps)."""
         m = len(ends)
         self.start.append(start)
         self.start.extend(ends[:-1].tolist())
         self.end.extend(ends.tolist())
         self.running.extend([batch] * m)
-        self.waiting.extend([waiting] * m)
+        self.waiting.extend([waiting] * m if isinstance(waiting, int) else waiting.tolist())
         self.used.extend(used.tolist())
         self.tokens.extend([batch] * m)
         self.prefill.extend([0] * m)
