@@ -361,7 +361,7 @@ class _Run:
             return False
         budget_left = self.max_batched - dec
         picks: list[tuple[int, int]] = []
-        blocked = False
+        blocked = as_plain = False
         while len(waiting) and budget_left > 0 and dec + len(picks) < self.max_seqs:
             r = waiting.peek()
             tokens = int(ntok[r])
@@ -372,12 +372,18 @@ class _Run:
                     return False
                 break
             self.budget_needed = max(self.budget_needed, self.max_batched - budget_left + tokens)
-            if r in self.cached:  # a resumed request may hit its own blocks: the plain step
-                for req, _ in reversed(picks):
-                    waiting.unpop(req)
-                return False
             nb = -(-tokens // bs)
             wm = self.watermark_blocks if dec + len(picks) else 0
+            if r in self.cached:  # a resumed request may hit its own blocks: the plain step
+                if picks or self.record_tokens or nb + wm <= free_left:
+                    for req, _ in reversed(picks):
+                        waiting.unpop(req)
+                    return False
+                # It waits for blocks whatever its hit (the gate counts its whole sequence
+                # when all of it fits the budget): the plain step's outcome, then its
+                # fast-forward (below), which has its own arithmetic.
+                as_plain = blocked = True
+                break
             if nb + wm > free_left:
                 blocked = True
                 break
@@ -416,7 +422,53 @@ class _Run:
         self.clock = end
         if not lz.alive:
             self.flush()
+        elif as_plain and not n_done:
+            self.lazy_fast_forward(end - clock)
         return True
+
+    def lazy_fast_forward(self, last_step: float) -> None:
+        """fast_forward after a quiet plain step, on the lazy batch: the same steps and sums.
+
+        The plain step stands for a lazy step whose head waits for blocks though it may hit
+        its own cached ones; plain_step would then fast-forward (`clock + cumsum`, not the
+        lazy steps' running sums) and go lazy again. This does the same without leaving
+        lazy mode: the batch's true context, next finish and block crossings come from the
+        lazy state. Tokens are not recorded (lazy_step takes this path only without them).
+        """
+        lz, bs, nr, clock = self.lz, self.bs, self.lz.alive, self.clock
+        limit = self.until if self.until is not None else np.inf
+        if self.next_arr < self.n:
+            limit = min(limit, float(self.arrival[self.next_arr]))
+        if limit - clock <= 3.0 * last_step:
+            return
+        lag = lz.lag
+        context = float(lz.ctx0 + nr * lag)
+        steps = lz.heap[0] // self.size - lag - 1
+        if steps < 1 or clock >= limit:
+            return
+        if np.isfinite(limit):
+            first = float(self.cost.decode_step_times(nr, context, 1)[0])
+            steps = min(steps, int((limit - clock) / first) + 1)
+        times = self.cost.decode_step_times(nr, context, steps)
+        ends = clock + np.cumsum(times)
+        steps = int(np.searchsorted(ends - times, limit, side="left"))
+        if steps < 1:
+            return
+        # fast_forward_decode's block count, its residues of (computed - 1) from lazy's.
+        residue_counts = np.roll(np.asarray(lz.residues, dtype=np.int64), lag - 1)
+        j = np.arange(1, steps + 1, dtype=np.int64)
+        rho = np.arange(bs, dtype=np.int64)
+        used_new = ((rho[None, :] + j[:, None]) // bs) @ residue_counts
+        steps = min(steps, int(np.searchsorted(used_new, self.free, side="right")))
+        if steps < 1:
+            return
+        ends, used_new = ends[:steps], used_new[:steps]
+        self.log.add_decode_run(clock, ends, nr, len(self.waiting),
+                                self.total_blocks - self.free + used_new, True)  # fmt: skip
+        lz.ends.extend(ends.tolist())
+        lz.lag = lag + steps
+        self.free -= int(used_new[-1])
+        self.clock = float(ends[-1])
 
     def lazy_run(self) -> int:
         """The quiet lazy steps from now, at once; returns how many (0: none worth it).
