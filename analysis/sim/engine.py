@@ -243,6 +243,8 @@ class _Run:
         self.r_join = np.zeros(size, dtype=np.int64)  # lazy: lazy step of its first token
         self.nr = 0
         self.lz = LazyState()
+        # Lazy steps that stand for plain steps (lazy_step): no quiet runs meanwhile.
+        self.plain_like = False
 
     # --- the batch and the per-request arrays --------------------------------------------
 
@@ -311,7 +313,7 @@ class _Run:
             return
         k = self.nr = self.compact(apply_lag=True)
         self.r_blk[:k] = -(-self.r_comp[:k] // self.bs)
-        self.lz.on = False
+        self.lz.on = self.plain_like = False
         self.lz.heap = []
 
     # --- the loop ----------------------------------------------------------------------
@@ -360,55 +362,62 @@ class _Run:
         if free_left < 0:
             return False
         budget_left = self.max_batched - dec
-        picks: list[tuple[int, int]] = []
+        picks: list[tuple[int, int, int]] = []  # (request, tokens computed now, cache hit)
         blocked = as_plain = False
         while len(waiting) and budget_left > 0 and dec + len(picks) < self.max_seqs:
             r = waiting.peek()
             tokens = int(ntok[r])
             if tokens > budget_left:
-                if self.chunked:  # a partial prefill: the plain step handles it
-                    for req, _ in reversed(picks):
+                # A partial prefill is the plain step's; so is a resumed request's check
+                # against the budget less its hit when this step stands for a plain one.
+                if self.chunked or ((as_plain or self.plain_like) and r in self.cached):
+                    for req, _, _ in reversed(picks):
                         waiting.unpop(req)
                     return False
                 break
             self.budget_needed = max(self.budget_needed, self.max_batched - budget_left + tokens)
             nb = -(-tokens // bs)
             wm = self.watermark_blocks if dec + len(picks) else 0
-            if r in self.cached:  # a resumed request may hit its own blocks: the plain step
-                if picks or self.record_tokens or nb + wm <= free_left:
-                    for req, _ in reversed(picks):
+            hit = 0
+            if r in self.cached:
+                # A resumed request may hit its own blocks. The plain step admits it (its
+                # whole sequence fits the budget, so the gate is the same); the step stands
+                # for that plain step and the ones after it (see plain_like).
+                if self.record_tokens:  # tokens in the plain step's order: take it
+                    for req, _, _ in reversed(picks):
                         waiting.unpop(req)
                     return False
-                # It waits for blocks whatever its hit (the gate counts its whole sequence
-                # when all of it fits the budget): the plain step's outcome, then its
-                # fast-forward (below), which has its own arithmetic.
-                as_plain = blocked = True
-                break
+                as_plain = True
+                if nb + wm <= free_left:
+                    hit = self.cache_hit(r, free_left)
             if nb + wm > free_left:
                 blocked = True
                 break
             waiting.pop()
-            picks.append((r, tokens))
+            picks.append((r, tokens - hit, hit))
             free_left -= nb
-            budget_left -= tokens
+            budget_left -= tokens - hit
+        for r, _, hit in picks:
+            if r in self.cached:
+                del self.cached[r]
+                self.cache_hit_tokens += hit
 
-        prompt_tokens = sum(t for _, t in picks)
-        n_tokens = dec + prompt_tokens
+        n_tokens = dec + sum(q for _, q, _ in picks)
         dec_context = lz.ctx0 + dec * lag0 + dec
-        context = dec_context + prompt_tokens
-        decode_tokens = dec + sum(1 for _, t in picks if t == 1)
+        context = dec_context + sum(q + hit for _, q, hit in picks)
+        decode_tokens = dec + sum(1 for _, q, _ in picks if q == 1)
         if decode_tokens == n_tokens:
             pairs = float(context)
         else:
-            pairs = float(dec_context + sum(t * (t + 1) // 2 for _, t in picks))
+            pairs = float(dec_context + sum(q * hit + q * (q + 1) // 2 for _, q, hit in picks))
         clock = self.clock
         end = clock + self.cost.step_time(n_tokens, context, pairs, decode_tokens)
         free = free_left
         lag = lz.lag = lag0 + 1
         lz.ends.append(end)
         first_prompt = 0
-        for r, tokens in picks:
-            first_prompt += self.join_lazy(r, tokens, lag, clock, end)
+        for r, q, hit in picks:
+            first_prompt += self.join_lazy(r, q + hit, lag, clock, end)
         n_done = 0
         heap, size = lz.heap, self.size
         bound = (lag + 1) * size  # entries that finish at this lag or before
@@ -422,18 +431,23 @@ class _Run:
         self.clock = end
         if not lz.alive:
             self.flush()
-        elif as_plain and not n_done:
-            self.lazy_fast_forward(end - clock)
+        elif as_plain or self.plain_like:
+            # plain_step would be running these steps (a resumed request took it there): it
+            # stays there while it admits, and its first quiet step fast-forwards and goes
+            # lazy again.
+            self.plain_like = bool(picks)
+            if not picks and not n_done:
+                self.lazy_fast_forward(end - clock, blocked)
         return True
 
-    def lazy_fast_forward(self, last_step: float) -> None:
+    def lazy_fast_forward(self, last_step: float, kv_blocked: bool) -> None:
         """fast_forward after a quiet plain step, on the lazy batch: the same steps and sums.
 
-        The plain step stands for a lazy step whose head waits for blocks though it may hit
-        its own cached ones; plain_step would then fast-forward (`clock + cumsum`, not the
-        lazy steps' running sums) and go lazy again. This does the same without leaving
-        lazy mode: the batch's true context, next finish and block crossings come from the
-        lazy state. Tokens are not recorded (lazy_step takes this path only without them).
+        The lazy step stood for a quiet plain step (see plain_like); plain_step would then
+        fast-forward (`clock + cumsum`, not the lazy steps' running sums) and go lazy again.
+        This does the same without leaving lazy mode: the batch's true context, next finish
+        and block crossings come from the lazy state. Tokens are not recorded (lazy_step
+        takes this path only without them).
         """
         lz, bs, nr, clock = self.lz, self.bs, self.lz.alive, self.clock
         limit = self.until if self.until is not None else np.inf
@@ -464,7 +478,7 @@ class _Run:
             return
         ends, used_new = ends[:steps], used_new[:steps]
         self.log.add_decode_run(clock, ends, nr, len(self.waiting),
-                                self.total_blocks - self.free + used_new, True)  # fmt: skip
+                                self.total_blocks - self.free + used_new, kv_blocked)  # fmt: skip
         lz.ends.extend(ends.tolist())
         lz.lag = lag + steps
         self.free -= int(used_new[-1])
@@ -484,7 +498,7 @@ class _Run:
         lz, bs, size = self.lz, self.bs, self.size
         lag0, dec = lz.lag, lz.alive
         steps = lz.heap[0] // size - lag0 - 1  # before the first finish
-        if steps < QUIET_RUN_MIN:
+        if steps < QUIET_RUN_MIN or self.plain_like:
             return 0
         waiting = self.waiting
         blocked = False
