@@ -210,7 +210,10 @@ def _cascade(
     ansi = unusual & raw.str.contains_any(_ANSI_LITERALS) if unusual.any() else unusual
     if ansi.any():
         df = df.with_columns(
-            pl.when(ansi).then(raw_c.str.replace_all(cat.ANSI, "")).otherwise(raw_c)
+            # Two passes (catalogue.ANSI_ESC): one alternation cost 45 ns a byte on `[` runs.
+            pl.when(ansi)
+            .then(raw_c.str.replace_all(cat.ANSI_ESC, "").str.replace_all(cat.ANSI_SGR, ""))
+            .otherwise(raw_c)
         )
     routed: dict[str, list[pl.DataFrame]] = {}
     odd_parts: list[pl.DataFrame] = []
