@@ -117,3 +117,76 @@ DICT_KEYS = st.sampled_from([*cat.CONFIG_KEYS, "model_tag", "host", "api_key", "
 def test_non_default_args_match_the_literal_eval(args: dict[str, object]) -> None:
     payload = repr(args)  # as vLLM prints them
     assert _lines.config_pairs("non_default_args", payload) == _reference_dict(payload)
+
+
+def _reference_clean(text: str) -> str:
+    """clean() as it was: a header search in each `\r` part, from the last one."""
+    text = text.rstrip("\n").rstrip("\r")
+    if "\r" in text:
+        parts = text.split("\r")
+        found = next((p for p in reversed(parts) if _lines.HEADER_CORE_RE.search(p)), None)
+        if found is None:
+            wrapper = _lines.WRAPPER_RE.match(parts[0])
+            first = parts[0][wrapper.end() if wrapper is not None else 0 :]
+            lead = len(parts[0]) - len(first.lstrip())
+            head = _lines._PROCESS_AT_RE.match(parts[0], lead)
+            found = parts[0][: head.end()] + parts[-1] if head is not None else parts[-1]
+        text = found
+    return _lines.strip_ansi(text)
+
+
+CR_PIECES = st.sampled_from(
+    ["\r", "\n", " ", "01-15 14:00:00 ", "[a.py:1] ", "x", "(EngineCore pid=3) ", "INFO "]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(CR_PIECES, max_size=14).map("".join))
+def test_redraws_keep_the_same_record(text: str) -> None:
+    assert _lines.clean(text) == _reference_clean(text)
+
+
+STATS_PIECES = st.sampled_from(
+    [
+        "Engine 000: ",
+        "2 Engines Aggregated: ",
+        "Avg prompt throughput: ",
+        "Avg generation throughput: ",
+        "Throughput: ",
+        "1.5",
+        "12",
+        " tokens/s",
+        ", ",
+        "Running: ",
+        "Pending: ",
+        " reqs",
+        "Preemptions: ",
+        "GPU KV cache usage: ",
+        "CPU + host KV cache usage: ",
+        "%",
+        "Prefix cache hit rate: ",
+        "External prefix cache hit rate: ",
+        "MM cache hit rate: ",
+        "x",
+        " ",
+        ".",
+        "\u0663",  # a digit outside ASCII: `\\d` is Unicode in both engines
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(STATS_PIECES, max_size=12).map("".join), min_size=1, max_size=4))
+def test_stats_rest_is_the_same_in_polars_and_per_record(texts: list[str]) -> None:
+    def rests(threshold: int) -> list[object]:
+        out = _lines.Parsed()
+        for text in texts:
+            out.add("scheduler_stats", {"extra": _lines._Rest(text)})
+        saved, _lines._REST_IN_POLARS = _lines._REST_IN_POLARS, threshold
+        try:
+            _lines._fill_rests(out)
+        finally:
+            _lines._REST_IN_POLARS = saved
+        return [row["extra"] for row in out.rows["scheduler_stats"]]
+
+    assert rests(-1) == rests(1 << 30)
