@@ -27,6 +27,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, seed, settings, target
 from hypothesis import strategies as st
 from preemptscope.ingest import catalogue as cat
+
 from preemptscope.cli import main as cli
 
 HERE = Path(__file__).resolve().parent
