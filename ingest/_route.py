@@ -126,7 +126,7 @@ def _route(
     raw: pl.Series,
     first_line: int,
     previous: str | None,
-    want_all: bool,
+    keep: frozenset[str],
     *,
     max_line: int,
     cut: Mapping[int, int] | None = None,
@@ -158,7 +158,7 @@ def _route(
     routed, odd_parts = _cascade(df, before)
     if too_long is not None:
         routed["cut"] = [too_long]
-    return _assemble(routed, odd_parts, {}, n, before, want_all)
+    return _assemble(routed, odd_parts, {}, n, before, keep)
 
 
 def _too_long(df: pl.DataFrame, max_line: int, cut: Mapping[int, int]) -> pl.DataFrame | None:
@@ -338,7 +338,7 @@ def _assemble(
     settled: dict[str, int],
     n: int,
     before: Callable[[pl.DataFrame], pl.Series],
-    want_all: bool,
+    keep: frozenset[str],
 ) -> _Batch:
     """Extract the claimed parts (or count them, in summary mode) and parse the odd lines.
 
@@ -367,7 +367,7 @@ def _assemble(
     for name, (kind, builder) in builders.items():
         if name not in counts:
             continue
-        if want_all:
+        if kind in keep:
             frames[kind].append(builder(pl.concat(routed[name], how="diagonal")))
         else:
             summarized[kind] = summarized.get(kind, 0) + counts[name]
