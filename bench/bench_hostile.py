@@ -10,8 +10,12 @@ Peak RSS of the child comes from wait4(). Two sizes show whether the cost per MB
 without a newline (cut and counted), a gzip of 1 GB of zeros (a bomb), /dev/zero (endless).
 Read the ratios: the machine is shared. Usage:
 
-    python bench/bench_hostile.py [--size-mb 8,32] [--long-mb 300] [--report]
-    python bench/bench_hostile.py --child FILE ONE_LINE_LOG parse 3   (one measurement)
+    python bench/bench_hostile.py [--size-mb 8,32] [--long-mb 300] [--report] [--compare REF]
+    python bench/bench_hostile.py --child FILE ONE_LINE_LOG parse 3 [ROOT]   (one measurement)
+
+`--compare REF` also times `parse --json` of REF (its preemptscope/ and ingest/ unpacked with
+`git archive`, as bench_parse_small.py does) on the same files, interleaved: before and after
+side by side in one run.
 """
 
 from __future__ import annotations
@@ -50,10 +54,22 @@ def _argv(command: str, path: Path | str) -> list[str]:
     return ["report", str(path), "--json"]
 
 
-def child(path: str, one_line: str, command: str, repeat: int) -> None:
+def child(path: str, one_line: str, command: str, repeat: int, root: str | None) -> None:
     """In this process: the CLI once on `one_line` (start-up), then best of `repeat` on
-    `path`; prints {"wall_s", "cpu_s"} (CPU of every thread, Polars' pool included)."""
+    `path`; prints {"wall_s", "cpu_s"} (CPU of every thread, Polars' pool included).
+    With `root`, the packages of that checkout shadow the installed ones."""
+    if root is not None:
+        import preemptscope.ingest
+
+        import preemptscope
+
+        preemptscope.__path__[:] = [str(Path(root) / "preemptscope")]
+        preemptscope.ingest.__path__[:] = [str(Path(root) / "ingest")]
+    from preemptscope.ingest import logs
+
     from preemptscope.cli import main as cli
+
+    assert root is None or logs.__file__.startswith(root), logs.__file__
 
     with contextlib.redirect_stdout(io.StringIO()):
         cli(_argv(command, one_line))
@@ -68,9 +84,28 @@ def child(path: str, one_line: str, command: str, repeat: int) -> None:
     print(json.dumps({"wall_s": best[0], "cpu_s": best[1]}))
 
 
-def _timed(path: Path, one_line: Path, command: str, repeat: int) -> tuple[float, float, float]:
+def _checkout(ref: str) -> Path:
+    """The preemptscope/ and ingest/ packages of `ref`, unpacked in the temp directory."""
+    name = ref.replace("/", "_").replace("~", "-")
+    target = Path(tempfile.gettempdir()) / f"preemptscope-hostile-{name}"
+    if not target.exists():
+        target.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "archive", ref, "ingest", "preemptscope"],
+            check=True,
+            capture_output=True,
+            cwd=HERE.parent,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+def _timed(
+    path: Path, one_line: Path, command: str, repeat: int, root: Path | None = None
+) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MB) of `command` on `path` after start-up, in a child."""
     argv = [sys.executable, __file__, "--child", str(path), str(one_line), command, str(repeat)]
+    argv += [str(root)] if root is not None else []
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
         assert proc.stdout is not None
@@ -113,12 +148,17 @@ def main() -> None:
     parser.add_argument("--classes", default=",".join(hostile.CLASSES))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--report", action="store_true", help="also time report --json")
-    parser.add_argument("--child", nargs=4, metavar=("FILE", "ONE_LINE", "COMMAND", "REPEAT"))
+    parser.add_argument("--compare", help="git ref whose parse --json to time beside")
+    parser.add_argument("--child", nargs="+", metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], args.child[1], args.child[2], int(args.child[3]))
+        root = args.child[4] if len(args.child) > 4 else None
+        child(args.child[0], args.child[1], args.child[2], int(args.child[3]), root)
         return
     commands = ["parse", "report"] if args.report else ["parse"]
+    other = _checkout(args.compare) if args.compare else None
+    if other is not None:
+        commands.append("before")
     sizes = [float(x) for x in args.size_mb.split(",")]
     names = args.classes.split(",")
     print(f"cpus={os.cpu_count()}, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
@@ -148,15 +188,19 @@ def main() -> None:
                     _write(path, name, int(size_mb * 1e6))
                 mb = path.stat().st_size / 1e6
                 for command in commands:
-                    wall, cpu, rss = _timed(path, one_line, command, args.repeat)
+                    if command == "before":
+                        wall, cpu, rss = _timed(path, one_line, "parse", args.repeat, other)
+                    else:
+                        wall, cpu, rss = _timed(path, one_line, command, args.repeat)
                     row = table.setdefault(name, {}).setdefault(size_mb, {})
                     row[command] = (wall * 1000 / mb, cpu * 1000 / mb, rss)
                 path.unlink()
         print(f"load after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         for command in commands:
             head = " | ".join(f"{s:g} MB: ms/MB wall (CPU) / x normal / peak RSS MB" for s in sizes)
+            title = f"parse --json of {args.compare}" if command == "before" else command
             print(
-                f"\n`{command} --json` after start-up\n\n| input | {head}"
+                f"\n`{title}` after start-up\n\n| input | {head}"
                 f" | cost per MB, {sizes[-1]:g} MB / {sizes[0]:g} MB |"
             )
             print("|---|" + "---|" * (len(sizes) + 1))
@@ -168,6 +212,19 @@ def main() -> None:
                     cells.append(f"{wall:.1f} ({cpu:.1f}) / {wall / ref:.1f} / {rss:.0f}")
                 growth = by_size[sizes[-1]][command][0] / by_size[sizes[0]][command][0]
                 print(f"| {name} | {' | '.join(cells)} | {growth:.2f} |")
+
+        if other is not None:
+            print(f"\n`parse --json`, {args.compare} beside this tree (wall ms/MB, x normal)\n")
+            print("| input | " + " | ".join(f"{s:g} MB: before / after" for s in sizes) + " |")
+            print("|---|" + "---|" * len(sizes))
+            for name, by_size in table.items():
+                cells = []
+                for size_mb in sizes:
+                    old, new = by_size[size_mb]["before"][0], by_size[size_mb]["parse"][0]
+                    old_x = old / table["normal"][size_mb]["before"][0]
+                    new_x = new / table["normal"][size_mb]["parse"][0]
+                    cells.append(f"{old:.1f} ({old_x:.1f}x) / {new:.1f} ({new_x:.1f}x)")
+                print(f"| {name} | {' | '.join(cells)} |")
 
         # One line of --long-mb bytes without a newline, between two ordinary lines.
         long = base / "long.log"
