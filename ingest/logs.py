@@ -270,7 +270,9 @@ def _parse_series(
         first_line = state.pending[0][0]
         raw = pl.concat([pl.Series("raw", [t for _, t in state.pending], dtype=pl.String), raw])
         state.pending = []
-    if not final and raw.len() and _held_back(raw[-1]):
+    # A line the follower cut is no wrap half (and held back, it would lose its cut length).
+    cut_last = raw.len() > 0 and first_line + raw.len() - 1 in (cut or {})
+    if not final and raw.len() and not cut_last and _held_back(raw[-1]):
         state.pending = [(first_line + raw.len() - 1, raw[-1])]
         raw = raw.head(raw.len() - 1)
     previous = state.last_raw
