@@ -43,7 +43,7 @@ from preemptscope.analysis.windows import (
     window_start,
 )
 from preemptscope.ingest.bench import BenchRun
-from preemptscope.ingest.lifecycle import latencies_from_requests
+from preemptscope.ingest.lifecycle import log_latencies
 from preemptscope.ingest.schema import LogFrames, empty
 from preemptscope.ingest.versions import v0_warns_preemption
 
@@ -160,7 +160,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
     lat = inputs.latencies if inputs.latencies is not None and inputs.latencies.height else None
     if lat is None:
         # No client results: per-request latency from the log's received -> finished lines.
-        derived = latencies_from_requests(_frames(inputs.logs, "requests"))
+        derived = log_latencies(inputs.logs)
         lat = derived if derived.height else None
 
     grid = data_windows(
@@ -273,7 +273,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
             params,
             # Advice is checked by replaying the observed workload (analysis/sim/observed.py).
             replay=lambda: build_replay(
-                capacity, replay_inputs(inputs), preemptions=preemptions.total
+                capacity, replay_inputs(inputs, latencies=lat), preemptions=preemptions.total
             ),
         ),
         windows=windows,
