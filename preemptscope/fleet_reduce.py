@@ -76,7 +76,6 @@ PARALLEL_QUERIES = 2  # Prometheus refuses more than 11,000 points per series
 AUTO_WINDOWS = (60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 86400.0)
 MAX_AUTO_WINDOWS = 1440
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-NAME_LABEL = "preemptscope_metric"
 
 
 def auto_window(start: datetime, end: datetime) -> float:
@@ -151,43 +150,41 @@ def reduce_fleet(
     def select(names: Sequence[str]) -> str:
         return f"{{__name__=~{promapi.quote(_regex(names))}{extra}}}"
 
-    def named(fn: str, names: Sequence[str]) -> str:
-        # A range function drops the metric name, and series of several names would collide:
-        # each name keeps its own in a label (restored as __name__ when read).
-        return " or ".join(
-            f"label_replace({fn}({{__name__={promapi.quote(n)}{extra}}}[{w_ms}ms]), "
-            f'"{NAME_LABEL}", {promapi.quote(n)}, "", "")'
-            for n in names
-        )
-
-    queries: list[tuple[str, str, float]] = []  # (kind, query, offset of the evaluation)
+    # (kind, query, offset of the evaluation, the metric name a range function drops)
+    queries: list[tuple[str, str, float, str | None]] = []
     if counters:
         # At a window's end: the instant selector is the last sample (cheaper than
-        # last_over_time) when the 5-min lookback cannot reach the previous window.
-        lasts = select(counters) if w >= 300 else named("last_over_time", counters)
-        queries.append(("lasts", lasts, 0.0))
-    if gauges:
-        # Evaluated 1 ms before the window's end: the range (s - 1ms, e - 1ms] is [s, e).
-        for kind, fn in (("maxima", "max_over_time"), ("sums", "sum_over_time"),
-                         ("counts", "count_over_time")):  # fmt: skip
-            queries.append((kind, named(fn, gauges), -0.001))
-    if restart:
-        parts = " or ".join(
-            f"(resets({{__name__={promapi.quote(n)}{extra}}}[{2 * w_ms}ms]) > 0)" for n in restart
-        )
-        queries.append(("restarts", f"count by (namespace, pod, instance, job) ({parts})", 0.0))
+        # last_over_time, which keeps the name too) when the 5-min lookback cannot reach the
+        # previous window.
+        fn = "" if w >= 300 else "last_over_time"
+        lasts = select(counters) if not fn else f"{fn}({select(counters)}[{w_ms}ms])"
+        queries.append(("lasts", lasts, 0.0, None))
+    # Gauges evaluated 1 ms before the window's end: the range (s - 1ms, e - 1ms] is [s, e).
+    # One query per name: series of several names would collide once the name is dropped
+    # (label_replace to keep it costs Prometheus ten times the query).
+    for kind, fn in (("maxima", "max_over_time"), ("sums", "sum_over_time"),
+                     ("counts", "count_over_time")):  # fmt: skip
+        for n in gauges:
+            query = f"{fn}({{__name__={promapi.quote(n)}{extra}}}[{w_ms}ms])"
+            queries.append((kind, query, -0.001, n))
+    for n in restart:
+        resets = f"resets({{__name__={promapi.quote(n)}{extra}}}[{2 * w_ms}ms]) > 0"
+        query = f"count by (namespace, pod, instance, job) ({resets})"
+        queries.append(("restarts", query, 0.0, None))
     jobs = [
-        (kind, query, (lo + 1) * w + offset, (min(last_win, lo + steps - 1) + 1) * w + offset)
+        (kind, query, (lo + 1) * w + offset, (min(last_win, lo + steps - 1) + 1) * w + offset, n)
         for lo in range(first_win, last_win + 1, steps)
-        for kind, query, offset in queries
+        for kind, query, offset, n in queries
     ]
 
-    def run(job: tuple[str, str, float, float]) -> tuple[str, dict[str, promapi.RawSamples]]:
-        kind, query, first, last = job
+    def run(
+        job: tuple[str, str, float, float, str | None],
+    ) -> tuple[str, dict[str, promapi.RawSamples]]:
+        kind, query, first, last, name = job
         answer = client.range_query(query, first, last, w)
-        for item in answer.labels:
-            if NAME_LABEL in item:
-                item["__name__"] = item.pop(NAME_LABEL)
+        if name is not None:
+            for item in answer.labels:
+                item["__name__"] = name
         return kind, _split(answer, by_identity, identify)
 
     # Two queries at a time: Prometheus evaluates one query on one core.
