@@ -451,7 +451,7 @@ def _stats_from_totals(
     result: list[LatencyStats | None] = [None] * n_windows
     for bounds_list, group in per_window.group_by("le", maintain_order=True):
         members = group["window"].to_list()
-        bounds = list(bounds_list[0])  # type: ignore[arg-type]
+        bounds = list(bounds_list[0])
         if not bounds:
             continue
         matrix = np.array(group["increase"].to_list(), dtype=np.float64)

@@ -51,7 +51,8 @@ def build(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         servers=args.servers, days=args.days, interval=args.interval, seeds=args.seeds
     )
     meta["simulate_s"] = round(time.perf_counter() - t, 1)
-    write_s, size, running = 0.0, 0, []
+    write_s, size = 0.0, 0
+    running: list[tuple[Any, Path]] = []
     t = time.perf_counter()
     batch = args.batch or len(fleet)
     for i in range(0, len(fleet), batch):

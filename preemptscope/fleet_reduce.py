@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -524,8 +524,8 @@ def group_windows(
         },
     )
     if tables:
-        cast = [pl.col(c).cast(METRIC_WINDOW_COLUMNS[c]) for c in tables[0].columns]
-        gauges = pl.concat([t.select(cast) for t in tables], how="vertical")
+        typed = [pl.col(c).cast(METRIC_WINDOW_COLUMNS[c]) for c in tables[0].columns]
+        gauges = pl.concat([t.select(typed) for t in tables], how="vertical")
         gauges = gauges.group_by("win").agg(
             pl.col("m_kv_max").max(),
             pl.col("m_kv_mean").max(),
@@ -547,11 +547,13 @@ def group_windows(
     with_buckets = {m for m, part in by_metric.items() if (part["sample"] == "bucket").any()}
     # Each kind's first histogram present, as latency.histogram_metric picks it.
     names: dict[LatencyMetric, str] = {}
-    for kind in HISTOGRAM_KINDS:
+    for kind in (cast(LatencyMetric, k) for k in HISTOGRAM_KINDS):
         name = next((n for n in latency.HISTOGRAM_METRICS[kind] if n in with_buckets), None)
         if name is not None:
             names[kind] = name
-    histograms = pl.concat([of(n) for n in set(names.values())], how="vertical") if names else empty
+    histograms = (
+        pl.concat([of(n) for n in sorted(set(names.values()))], how="vertical") if names else empty
+    )
     found = latency.histograms_windows_stats(histograms, names, bounds)
     by_win: dict[int, dict[str, LatencyStats]] = {k: {} for k in data}
     for kind, stats_list in found.items():
