@@ -23,8 +23,10 @@ from preemptscope.analysis import kvmodel
 from preemptscope.analysis.correlation import preemption_signal, run_duration_s, runs
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Advice, Capacity, Verdict, Window
-from preemptscope.analysis.sim.observed import Replay, check_changes
-from preemptscope.analysis.sim.whatif import WhatIfOutcome
+from preemptscope.analysis.sim.config import SimConfig
+from preemptscope.analysis.sim.engine import engine_key
+from preemptscope.analysis.sim.observed import Replay, candidate_config, check_changes
+from preemptscope.analysis.sim.whatif import WhatIfOutcome, relabel
 
 from preemptscope.errors import ConfigError
 
@@ -211,10 +213,12 @@ def _check(items: list[Advice], replay: Replay | None, capacity: Capacity) -> li
     checked: list[tuple[float, float, Advice]] = []
     rest: list[Advice] = []
     now: WhatIfOutcome | None = None
+    runs: dict[tuple[Any, ...], WhatIfOutcome] = {}
     caveat = UNVERIFIED
     if replay is not None and replay.replayable:
         try:
             now = replay.run()
+            runs[engine_key(replay.config)] = now
         except ConfigError:
             now = None
         seen = replay.observed.preemptions
@@ -237,7 +241,7 @@ def _check(items: list[Advice], replay: Replay | None, capacity: Capacity) -> li
         for value in _candidates(advice.action, advice, replay, capacity):
             try:
                 check_changes(replay, {key: value})
-                new = replay.run({key: value})
+                new = _replayed(replay, {key: value}, now, runs)
             except ConfigError:
                 continue
             worse_both, better = _verdict(now, new)
@@ -275,6 +279,49 @@ def _check(items: list[Advice], replay: Replay | None, capacity: Capacity) -> li
     tail = [a for a in rest if a.action != "review_request_priorities"]
     ordered = head + [a for *_, a in checked] + tail
     return [dataclasses.replace(a, rank=i + 1) for i, a in enumerate(ordered)]
+
+
+def _replayed(
+    replay: Replay,
+    changes: dict[str, Any],
+    now: WhatIfOutcome,
+    runs: dict[tuple[Any, ...], WhatIfOutcome],
+) -> WhatIfOutcome:
+    """replay.run(changes), without simulating a run already known to be identical.
+
+    Identical: a setting the engine reads the same way as one already replayed (the same GPU
+    count by tensor or pipeline parallelism); a max_num_seqs that never binds (now and with
+    the change, more than the most requests that ran at once now); a smaller
+    max_num_batched_tokens that still holds every step's tokens now (the replay of now
+    records the least budget that keeps its decisions). Either way every scheduling decision
+    is the same, so is the whole run.
+    """
+    config = candidate_config(replay.config, changes)
+    key = engine_key(config)
+    found = runs.get(key)
+    if found is None and (
+        _cap_never_binds(replay, config, now) or _budget_never_binds(replay, config, now)
+    ):
+        found = now
+    if found is not None:
+        return relabel(found, config)
+    runs[key] = new = replay.run(changes)
+    return new
+
+
+def _cap_never_binds(replay: Replay, config: SimConfig, now: WhatIfOutcome) -> bool:
+    base = replay.config
+    if engine_key(dataclasses.replace(config, max_num_seqs=base.max_num_seqs)) != engine_key(base):
+        return False
+    return min(base.max_num_seqs, config.max_num_seqs) > now.peak_running
+
+
+def _budget_never_binds(replay: Replay, config: SimConfig, now: WhatIfOutcome) -> bool:
+    base = replay.config
+    other = dataclasses.replace(config, max_num_batched_tokens=base.max_num_batched_tokens)
+    if engine_key(other) != engine_key(base):
+        return False
+    return now.budget_needed <= config.max_num_batched_tokens <= base.max_num_batched_tokens
 
 
 def _reproduces(replayed: int, observed: int) -> bool:

@@ -1,75 +1,154 @@
-"""Simulator speed: simulated hours per wall-clock second.
+"""Simulator speed, side by side with another commit's engine in one run (ratios).
 
-Run: python bench/bench_sim.py  (prints a Markdown table for docs/benchmarks.md, "## Simulator")
-Timings are wall-clock on whatever machine runs it; compare rows with each other, not across
-machines. The core's speed depends on engine steps (not requests), so steps/s is reported too.
+Run: python bench/bench_sim.py [--against REV] [--log FILE] [--repeat 3]
+Prints Markdown tables for docs/simulator.md ("Speed") and docs/benchmarks.md ("Simulator"):
+
+1. engine runs (synthetic hours, the demo): this tree's `simulate` and REV's (default HEAD~1),
+   alternating, best of --repeat; each pair's outputs are checked bit for bit as well;
+2. the advice check (`advice._check`: the replay of now and every candidate) on the demo's
+   over-capacity A10G (log + /metrics + bench) and on --log FILE (e.g. a log from
+   bench/gen_logs.py), with REV's advice.py and engine against this tree's, the replay memo
+   cleared before each call (cold, as `report` pays it once per deployment).
+
+Timings are wall-clock on whatever machine runs it: compare the ratios, not across machines.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
-from preemptscope.analysis.kvmodel import GPU_PRESETS
-from preemptscope.analysis.sim import writers
-from preemptscope.analysis.sim.config import SimConfig
-from preemptscope.analysis.sim.engine import simulate
-from preemptscope.analysis.sim.workload import synthetic
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from preemptscope.cli import main as cli_main
+# A sibling in bench/ (not a package): mypy cannot follow it.
+import sim_ab  # type: ignore[import-not-found]  # noqa: E402
+from preemptscope.analysis import advice, analyze  # noqa: E402
+from preemptscope.analysis.kvmodel import GPU_PRESETS  # noqa: E402
+from preemptscope.analysis.sim import observed  # noqa: E402
+from preemptscope.analysis.sim.config import SimConfig  # noqa: E402
+from preemptscope.analysis.sim.engine import simulate  # noqa: E402
+from preemptscope.analysis.sim.scenarios import demo_scenarios  # noqa: E402
+from preemptscope.analysis.sim.workload import synthetic  # noqa: E402
 
-START = datetime(2026, 1, 15, 14, 0, tzinfo=UTC)
+from preemptscope.cli import main as cli_main  # noqa: E402
+from preemptscope.inputs import load_inputs  # noqa: E402
+from tests.sim.abcases import differences, fingerprint  # noqa: E402
 
 
-def timed(label: str, gpu: str, rate: float, duration: float, record_tokens: bool) -> None:
-    workload = synthetic(rate=rate, duration=duration, seed=1)  # prompts ~512, outputs ~256
-    config = SimConfig(gpu=GPU_PRESETS[gpu])
-    began, cpu = time.perf_counter(), time.process_time()
-    result = simulate(workload, config, record_tokens=record_tokens)
-    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
-    steps = len(result.steps)
-    print(
-        f"| {label} | {len(workload):,} | {steps:,} | {result.total_preemptions:,} | "
-        f"{elapsed:.2f} s | {cpu:.2f} s | {steps / cpu:,.0f} |"
-    )
+def best(fn: Callable[[], Any], repeat: int) -> float:
+    out = float("inf")
+    for _ in range(repeat):
+        began = time.process_time()
+        fn()
+        out = min(out, time.process_time() - began)
+    return out
+
+
+def engine_rows(ref: Any, repeat: int) -> None:
+    demo = demo_scenarios()[0]
+    runs = [
+        ("1 h at 20 req/s, Llama-3.1-8B on H100", synthetic(rate=20.0, duration=3600.0, seed=1),
+         SimConfig(gpu=GPU_PRESETS["H100"]), False),
+        ("same, recording every token (for ITL)", synthetic(rate=20.0, duration=3600.0, seed=1),
+         SimConfig(gpu=GPU_PRESETS["H100"]), True),
+        ("1 h at 2 req/s on A10G (heavy preemption)", synthetic(rate=2.0, duration=3600.0, seed=1),
+         SimConfig(gpu=GPU_PRESETS["A10G"]), False),
+        ("the demo's A10G, 10 min", demo.workload, demo.config, True),
+    ]  # fmt: skip
+    print("| run | engine steps | preemptions | before | after | speed-up | outputs |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for label, workload, config, tokens in runs:
+        old = ref(workload, config, record_tokens=tokens)
+        new = simulate(workload, config, record_tokens=tokens)
+        same = not differences(fingerprint(old), fingerprint(new))
+        t_old = best(lambda: ref(workload, config, record_tokens=tokens), repeat)  # noqa: B023
+        t_new = best(lambda: simulate(workload, config, record_tokens=tokens), repeat)  # noqa: B023
+        outputs = "identical" if same else "DIFFER"
+        print(f"| {label} | {len(new.steps):,} | {new.total_preemptions:,} | {t_old:.2f} s | "
+              f"{t_new:.2f} s | {t_old / t_new:.1f}x | {outputs} |")  # fmt: skip
+
+
+def captured(paths: list[str], metrics: list[str], bench: list[str]) -> tuple[Any, ...]:
+    """The first over-capacity deployment's advice inputs, as `analyze` hands them over."""
+    seen: list[tuple[Any, ...]] = []
+
+    def spy(verdict: Any, capacity: Any, windows: Any, params: Any, replay: Any) -> Any:
+        if not seen and verdict.state in ("over_capacity", "at_risk"):
+            seen.append((verdict, capacity, windows, params, replay()))
+        return []
+
+    with mock.patch.object(analyze, "advise", spy):
+        analyze.analyze(load_inputs(paths, metrics, bench), analyze.AnalysisParams())
+    if not seen:
+        raise SystemExit(f"{paths}: no over-capacity deployment, no advice to check")
+    return seen[0]
+
+
+ADVICE_HEADER = (
+    "| data | replayed requests | simulations before / after | before | after | speed-up "
+    "| advice |\n|---|---:|---:|---:|---:|---:|---|"
+)
+
+
+def advice_row(modules: dict[str, Any], label: str, data: tuple[Any, ...], repeat: int) -> None:
+    """`advice._check` of REV (its advice.py and engine) and of this tree, memo cleared."""
+    verdict, capacity, windows, params, replay = data
+    items = advice._heuristics(verdict, capacity, windows, params)
+    calls = {"old": 0, "new": 0}
+
+    def checked(which: str, check: Any, engine: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            calls[which] += 1
+            return engine(*args, **kwargs)
+
+        observed._MEMO.clear()
+        with mock.patch.object(observed, "simulate", run):
+            return check(items, replay, capacity)
+
+    old_check, old_engine = modules["advice"]._check, modules["engine"].simulate
+    same = checked("old", old_check, old_engine) == checked("new", advice._check, simulate)
+    runs = f"{calls['old']} / {calls['new']}"
+    t_old = best(lambda: checked("old", old_check, old_engine), repeat)
+    t_new = best(lambda: checked("new", advice._check, simulate), repeat)
+    print(f"| {label} | {len(replay.workload):,} | {runs} | {t_old:.2f} s | {t_new:.2f} s | "
+          f"{t_old / t_new:.1f}x | {'identical' if same else 'DIFFER'} |")  # fmt: skip
 
 
 def main() -> int:
-    print(f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--against", default="HEAD~1", help="git revision to compare with")
+    parser.add_argument("--log", action="append", default=[], help="a vLLM log to check too")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    modules = sim_ab.load_modules(args.against)
+    print(f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start; "
+          f"before = {sim_ab.git('rev-parse', '--short', args.against).strip()}, CPU seconds, "
+          f"best of {args.repeat}")  # fmt: skip
     print()
-    print("| run | requests | engine steps | preemptions | wall time | CPU time | steps/CPU s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    timed("1 h at 20 req/s, Llama-3.1-8B on H100", "H100", 20.0, 3600.0, False)
-    timed("same, recording every token (for ITL)", "H100", 20.0, 3600.0, True)
-    timed("1 h at 2 req/s on A10G (heavy preemption)", "A10G", 2.0, 3600.0, False)
-    timed("10 min at 5 req/s on A100-80G", "A100-80G", 5.0, 600.0, True)
-
-    workload = synthetic(rate=5.0, duration=600.0, seed=1)
-    result = simulate(workload, SimConfig(gpu=GPU_PRESETS["A100-80G"]))
-    began = time.perf_counter()
-    lines = writers.render_log(result, era="v1", start=START)
-    snaps = writers.render_metrics_snapshots(result, start=START)
-    writers.render_bench_result(result, start=START)
-    writers.ground_truth(result, start=START)
+    engine_rows(modules["engine"].simulate, args.repeat)
     print()
-    print(
-        f"Rendering 10 min at 5 req/s ({len(lines):,} log lines, {len(snaps)} /metrics "
-        f"snapshots, bench JSON, ground truth): {time.perf_counter() - began:.2f} s"
-    )
     with tempfile.TemporaryDirectory() as tmp:
-        began = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            cli_main(["demo", "--out", str(Path(tmp) / "demo"), "--json"])
-        demo = time.perf_counter() - began
-    print(f"`preemptscope demo` end to end (simulate, write, parse, analyze): {demo:.1f} s")
+            cli_main(["demo", "--out", tmp, "--json"])
+        d = Path(tmp) / "chat-a10g"
+        sets = [("demo A10G, log + /metrics + bench", captured(
+            [str(d / "vllm.log")], [str(d / "metrics")], [str(d / "bench.json")]))]  # fmt: skip
+    sets += [(f"{Path(log).name} (log only)", captured([log], [], [])) for log in args.log]
+    print(ADVICE_HEADER)
+    for label, data in sets:
+        advice_row(modules, label, data, args.repeat)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

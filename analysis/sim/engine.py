@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from preemptscope.analysis.kvmodel import KVCapacity
-from preemptscope.analysis.sim.config import SimConfig, cost_model
+from preemptscope.analysis.sim.config import FittedStepCost, SimConfig, cost_model
 from preemptscope.analysis.sim.steps import (
     EMPTY,
     LazyState,
@@ -43,7 +44,10 @@ from preemptscope.analysis.sim.workload import FloatArray, IntArray, Workload
 
 from preemptscope.errors import ConfigError
 
-__all__ = ["SimResult", "StepSeries", "simulate"]
+__all__ = ["SimResult", "StepSeries", "engine_key", "simulate"]
+
+# Fewer quiet lazy steps than this are cheaper one by one than with numpy.
+QUIET_RUN_MIN = 8
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ class SimResult:
     token_time: FloatArray
     end_time: float
     clamped_requests: int  # requests shortened to fit max_model_len
+    # Any max_num_batched_tokens from this up to the config's gives this very run (every
+    # budget decision the same); above the config's value: the budget cut something short.
+    budget_needed: int = 0
 
     @property
     def total_preemptions(self) -> int:
@@ -121,6 +128,33 @@ def simulate(
     return _Run(workload, config, until, record_tokens, fast_forward).run(max_steps)
 
 
+def engine_key(config: SimConfig) -> tuple[Any, ...]:
+    """Everything `simulate` reads from a config: equal keys give identical runs.
+
+    Two settings that differ only where the engine cannot see it (tensor or pipeline
+    parallelism over the same GPUs and blocks, a fit's description) share one key.
+    """
+    cost = cost_model(config)
+    cost_key: Any = (
+        (cost.per_step_s, cost.per_prefill_token_s, cost.per_decode_token_s)
+        if isinstance(cost, FittedStepCost)
+        else cost
+    )
+    return (
+        config.capacity().num_gpu_blocks,
+        cost_key,
+        config.block_size,
+        config.max_model_len,
+        config.max_num_seqs,
+        config.max_num_batched_tokens,
+        config.scheduling_policy,
+        config.enable_chunked_prefill,
+        config.scheduler_reserve_full_isl,
+        config.watermark,
+        config.enable_prefix_caching,
+    )
+
+
 class _Run:
     """One simulation: per-request arrays, the running batch, the waiting queue and the log.
 
@@ -163,6 +197,9 @@ class _Run:
         self.chunked = config.enable_chunked_prefill
         self.max_seqs = config.max_num_seqs
         self.max_batched = config.max_num_batched_tokens
+        # The smallest budget under which every budget decision of this run comes out the
+        # same (max_batched + 1: the budget cut some request's tokens).
+        self.budget_needed = 0
 
         n = self.n = len(workload)
         self.arrival = workload.arrival
@@ -206,6 +243,8 @@ class _Run:
         self.r_join = np.zeros(size, dtype=np.int64)  # lazy: lazy step of its first token
         self.nr = 0
         self.lz = LazyState()
+        # Lazy steps that stand for plain steps (lazy_step): no quiet runs meanwhile.
+        self.plain_like = False
 
     # --- the batch and the per-request arrays --------------------------------------------
 
@@ -239,7 +278,7 @@ class _Run:
         lz.ctx0 = int(np.add.reduce(comp))
         self.r_alive[:k] = True
         self.r_join[:k] = 1
-        rebuild_heap(lz, self.r_tgt, self.r_gen)
+        rebuild_heap(lz, self.r_tgt, self.r_gen, self.size)
 
     def record_lazy_tokens(self, slots: IntArray) -> None:
         """Tokens of these slots from their first lazy step through the current one."""
@@ -274,14 +313,18 @@ class _Run:
             return
         k = self.nr = self.compact(apply_lag=True)
         self.r_blk[:k] = -(-self.r_comp[:k] // self.bs)
-        self.lz.on = False
+        self.lz.on = self.plain_like = False
         self.lz.heap = []
 
     # --- the loop ----------------------------------------------------------------------
 
     def run(self, max_steps: int) -> SimResult:
         arrival, waiting, n = self.arrival, self.waiting, self.n
-        for _ in range(max_steps):
+        done = 0  # loop iterations, a quiet lazy run counting one per step
+        while True:
+            if done >= max_steps:
+                raise ConfigError(f"simulation exceeded max_steps={max_steps}")
+            done += 1
             while self.next_arr < n and arrival[self.next_arr] <= self.clock:
                 waiting.add(self.next_arr)
                 self.next_arr += 1
@@ -293,12 +336,14 @@ class _Run:
             if self.until is not None and self.clock >= self.until:
                 break
             if self.lz.on:
+                quiet = self.lazy_run()
+                if quiet:
+                    done += quiet - 1
+                    continue
                 if self.lazy_step():
                     continue
                 self.flush()
             self.plain_step()
-        else:
-            raise ConfigError(f"simulation exceeded max_steps={max_steps}")
         self.flush()
         self.store()
         return self.result()
@@ -317,52 +362,67 @@ class _Run:
         if free_left < 0:
             return False
         budget_left = self.max_batched - dec
-        picks: list[tuple[int, int]] = []
-        blocked = False
+        picks: list[tuple[int, int, int]] = []  # (request, tokens computed now, cache hit)
+        blocked = as_plain = False
         while len(waiting) and budget_left > 0 and dec + len(picks) < self.max_seqs:
             r = waiting.peek()
             tokens = int(ntok[r])
             if tokens > budget_left:
-                if self.chunked:  # a partial prefill: the plain step handles it
-                    for req, _ in reversed(picks):
+                # A partial prefill is the plain step's; so is a resumed request's check
+                # against the budget less its hit when this step stands for a plain one.
+                if self.chunked or ((as_plain or self.plain_like) and r in self.cached):
+                    for req, _, _ in reversed(picks):
                         waiting.unpop(req)
                     return False
                 break
-            if r in self.cached:  # a resumed request may hit its own blocks: the plain step
-                for req, _ in reversed(picks):
-                    waiting.unpop(req)
-                return False
+            self.budget_needed = max(self.budget_needed, self.max_batched - budget_left + tokens)
             nb = -(-tokens // bs)
             wm = self.watermark_blocks if dec + len(picks) else 0
+            hit = 0
+            if r in self.cached:
+                # A resumed request may hit its own blocks. The plain step admits it (its
+                # whole sequence fits the budget, so the gate is the same); the step stands
+                # for that plain step and the ones after it (see plain_like).
+                if self.record_tokens:  # tokens in the plain step's order: take it
+                    for req, _, _ in reversed(picks):
+                        waiting.unpop(req)
+                    return False
+                as_plain = True
+                if nb + wm <= free_left:
+                    hit = self.cache_hit(r, free_left)
             if nb + wm > free_left:
                 blocked = True
                 break
             waiting.pop()
-            picks.append((r, tokens))
+            picks.append((r, tokens - hit, hit))
             free_left -= nb
-            budget_left -= tokens
+            budget_left -= tokens - hit
+        for r, _, hit in picks:
+            if r in self.cached:
+                del self.cached[r]
+                self.cache_hit_tokens += hit
 
-        prompt_tokens = sum(t for _, t in picks)
-        n_tokens = dec + prompt_tokens
+        n_tokens = dec + sum(q for _, q, _ in picks)
         dec_context = lz.ctx0 + dec * lag0 + dec
-        context = dec_context + prompt_tokens
-        decode_tokens = dec + sum(1 for _, t in picks if t == 1)
+        context = dec_context + sum(q + hit for _, q, hit in picks)
+        decode_tokens = dec + sum(1 for _, q, _ in picks if q == 1)
         if decode_tokens == n_tokens:
             pairs = float(context)
         else:
-            pairs = float(dec_context + sum(t * (t + 1) // 2 for _, t in picks))
+            pairs = float(dec_context + sum(q * hit + q * (q + 1) // 2 for _, q, hit in picks))
         clock = self.clock
         end = clock + self.cost.step_time(n_tokens, context, pairs, decode_tokens)
         free = free_left
         lag = lz.lag = lag0 + 1
         lz.ends.append(end)
         first_prompt = 0
-        for r, tokens in picks:
-            first_prompt += self.join_lazy(r, tokens, lag, clock, end)
+        for r, q, hit in picks:
+            first_prompt += self.join_lazy(r, q + hit, lag, clock, end)
         n_done = 0
-        while lz.heap and lz.heap[0][0] <= lag:
-            _, slot = heapq.heappop(lz.heap)
-            free += self.leave_lazy(slot, lag, end)
+        heap, size = lz.heap, self.size
+        bound = (lag + 1) * size  # entries that finish at this lag or before
+        while heap and heap[0] < bound:
+            free += self.leave_lazy(heapq.heappop(heap) % size, lag, end)
             n_done += 1
         self.free = free
         self.log.add(clock, end, lz.alive, len(waiting), self.total_blocks - free, n_tokens,
@@ -371,7 +431,123 @@ class _Run:
         self.clock = end
         if not lz.alive:
             self.flush()
+        elif as_plain or self.plain_like:
+            # plain_step would be running these steps (a resumed request took it there): it
+            # stays there while it admits, and its first quiet step fast-forwards and goes
+            # lazy again.
+            self.plain_like = bool(picks)
+            if not picks and not n_done:
+                self.lazy_fast_forward(end - clock, blocked)
         return True
+
+    def lazy_fast_forward(self, last_step: float, kv_blocked: bool) -> None:
+        """fast_forward after a quiet plain step, on the lazy batch: the same steps and sums.
+
+        The lazy step stood for a quiet plain step (see plain_like); plain_step would then
+        fast-forward (`clock + cumsum`, not the lazy steps' running sums) and go lazy again.
+        This does the same without leaving lazy mode: the batch's true context, next finish
+        and block crossings come from the lazy state. Tokens are not recorded (lazy_step
+        takes this path only without them).
+        """
+        lz, bs, nr, clock = self.lz, self.bs, self.lz.alive, self.clock
+        limit = self.until if self.until is not None else np.inf
+        if self.next_arr < self.n:
+            limit = min(limit, float(self.arrival[self.next_arr]))
+        if limit - clock <= 3.0 * last_step:
+            return
+        lag = lz.lag
+        context = float(lz.ctx0 + nr * lag)
+        steps = lz.heap[0] // self.size - lag - 1
+        if steps < 1 or clock >= limit:
+            return
+        if np.isfinite(limit):
+            first = float(self.cost.decode_step_times(nr, context, 1)[0])
+            steps = min(steps, int((limit - clock) / first) + 1)
+        times = self.cost.decode_step_times(nr, context, steps)
+        ends = clock + np.cumsum(times)
+        steps = int(np.searchsorted(ends - times, limit, side="left"))
+        if steps < 1:
+            return
+        # fast_forward_decode's block count, its residues of (computed - 1) from lazy's.
+        residue_counts = np.roll(np.asarray(lz.residues, dtype=np.int64), lag - 1)
+        j = np.arange(1, steps + 1, dtype=np.int64)
+        rho = np.arange(bs, dtype=np.int64)
+        used_new = ((rho[None, :] + j[:, None]) // bs) @ residue_counts
+        steps = min(steps, int(np.searchsorted(used_new, self.free, side="right")))
+        if steps < 1:
+            return
+        ends, used_new = ends[:steps], used_new[:steps]
+        self.log.add_decode_run(clock, ends, nr, len(self.waiting),
+                                self.total_blocks - self.free + used_new, kv_blocked)  # fmt: skip
+        lz.ends.extend(ends.tolist())
+        lz.lag = lag + steps
+        self.free -= int(used_new[-1])
+        self.clock = float(ends[-1])
+
+    def lazy_run(self) -> int:
+        """The quiet lazy steps from now, at once; returns how many (0: none worth it).
+
+        Quiet: the whole batch decodes and nothing else happens (no finish, no block
+        shortage, no admission, no step at or after `until`) until the first finish, the
+        first step whose blocks would not fit, or a step at or after the next arrival when
+        that arrival could be admitted (an empty queue, or the priority heap's new head). A
+        head that waits for blocks keeps waiting: blocks only get scarcer meanwhile. Each
+        step is what lazy_step would compute: the same step times, the same sequential sums
+        of end times (np.cumsum adds in order).
+        """
+        lz, bs, size = self.lz, self.bs, self.size
+        lag0, dec = lz.lag, lz.alive
+        steps = lz.heap[0] // size - lag0 - 1  # before the first finish
+        if steps < QUIET_RUN_MIN or self.plain_like:
+            return 0
+        waiting = self.waiting
+        blocked = False
+        budget_left = self.max_batched - dec
+        arrivals_count = budget_left > 0 and dec < self.max_seqs  # lazy_step looks at the head
+        if arrivals_count and len(waiting):
+            r = waiting.peek()
+            tokens = int(self.ntok[r])
+            if tokens > budget_left:
+                if self.chunked:
+                    return 0  # a partial prefill: lazy_step refuses it
+            else:
+                if r in self.cached:
+                    return 0
+                wm = self.watermark_blocks
+                if -(-tokens // bs) + wm <= self.free - lz.residues[-lag0 % bs]:
+                    return 0  # admitted in this step
+                blocked = True
+                self.budget_needed = max(self.budget_needed, dec + tokens)
+            arrivals_count = self.policy_priority  # a new arrival may become the head
+        residues = np.asarray(lz.residues, dtype=np.int64)
+        need = residues[-(lag0 + np.arange(steps, dtype=np.int64)) % bs]
+        used = np.cumsum(need)  # new blocks after each step
+        steps = min(steps, int(np.searchsorted(used, self.free, side="right")))
+        if steps < QUIET_RUN_MIN:
+            return 0
+        times = self.cost.decode_step_times(dec, float(lz.ctx0 + dec * lag0), steps)
+        ends = np.cumsum(np.concatenate(([self.clock], times)))
+        starts = ends[:-1]
+        if self.until is not None:
+            steps = min(steps, int(np.searchsorted(starts, self.until, side="left")))
+        arrival, nxt = self.arrival, self.next_arr
+        if arrivals_count and nxt < self.n:
+            steps = min(steps, int(np.searchsorted(starts, arrival[nxt], side="left")))
+        if steps < 1:
+            return 0
+        starts, ends, used = starts[:steps], ends[1 : steps + 1], used[:steps]
+        # Arrivals join the queue before the step that starts at or after them.
+        joined = np.searchsorted(arrival, starts, side="right") - nxt
+        self.log.add_decode_run(float(starts[0]), ends, dec, len(waiting) + joined,
+                                self.total_blocks - self.free + used, blocked)  # fmt: skip
+        for r in range(nxt, nxt + int(joined[-1])):
+            waiting.add(r)
+        self.next_arr = nxt + int(joined[-1])
+        lz.ends.extend(ends.tolist())
+        lz.lag = lag0 + steps
+        self.free -= int(used[-1])
+        self.clock = float(ends[-1])
+        return steps
 
     def join_lazy(self, r: int, tokens: int, lag: int, clock: float, end: float) -> int:
         """Admit request r, whose whole remaining prompt (`tokens`) runs in this lazy step.
@@ -381,7 +557,7 @@ class _Run:
         lz = self.lz
         if lz.slots == self.size:
             lz.slots = self.compact(apply_lag=False)
-            rebuild_heap(lz, self.r_tgt, self.r_gen)
+            rebuild_heap(lz, self.r_tgt, self.r_gen, self.size)
         slot = lz.slots
         lz.slots += 1
         gen0 = int(self.generated[r])
@@ -397,7 +573,7 @@ class _Run:
         lz.residues[base % self.bs] += 1
         lz.ctx0 += base
         lz.alive += 1
-        heapq.heappush(lz.heap, (int(self.target[r]) - gen0 - 1 + lag, slot))
+        heapq.heappush(lz.heap, (int(self.target[r]) - gen0 - 1 + lag) * self.size + slot)
         self.mark_scheduled(r, clock)
         if np.isnan(self.first_tok[r]):
             self.first_tok[r] = end
@@ -490,8 +666,10 @@ class _Run:
             comp = r_comp[:nr]
             if total_need <= budget:
                 q = need
+                self.budget_needed = max(self.budget_needed, total_need)
             else:
                 budget_limited = True
+                self.budget_needed = self.max_batched + 1  # the budget cut a request short
                 q = np.minimum(need, np.maximum(budget - (np.cumsum(need) - need), 0))
             new_blocks = -(-(comp + q) // bs)
             total_new = int(np.add.reduce(new_blocks)) - int(np.add.reduce(r_blk[:nr]))
@@ -499,6 +677,12 @@ class _Run:
                 r_blk[:nr] = new_blocks
                 free -= total_new
                 budget -= int(np.add.reduce(q)) if budget_limited else total_need
+            elif not self.policy_priority:
+                nr, free, preempted = self.preempt_fcfs(new_blocks, q, free, clock)
+                q = q[:nr]  # the survivors' tokens (0 where the budget ran out)
+                budget -= int(np.add.reduce(q))
+                need = r_ntok[:nr] - r_comp[:nr]
+                budget_limited = True
             else:
                 self.store()
                 running = r_id[:nr].tolist()
@@ -521,7 +705,11 @@ class _Run:
                 tokens = int(self.ntok[r]) - hit  # a waiting request computed only its hit
                 if not self.chunked and tokens > budget:
                     break
-                tokens = min(tokens, budget)
+                if tokens > budget:
+                    self.budget_needed = self.max_batched + 1  # a partial prefill
+                    tokens = budget
+                else:
+                    self.budget_needed = max(self.budget_needed, self.max_batched - budget + tokens)
                 nb = -(-(hit + tokens) // bs)  # the hit's blocks leave the free queue too
                 # Whole-sequence admission (vLLM >= 0.19): blocks for all its tokens.
                 gate = -(-int(self.ntok[r]) // bs) if self.full_isl else nb
@@ -615,6 +803,50 @@ class _Run:
             # The batch is decode-only and every request has its first token: go lazy.
             self.go_lazy()
 
+    def preempt_fcfs(
+        self, new_blocks: IntArray, q: IntArray, free: int, clock: float
+    ) -> tuple[int, int, int]:
+        """schedule_running for fcfs, on the batch arrays: the same decisions, fewer objects.
+
+        Requests take their blocks in running order; when one does not fit, the last running
+        request is preempted until it does (or it was the last one itself). Only requests that
+        need a new block can run short, so only they are walked. Returns (running after, free
+        blocks, preemptions); the running are a prefix of the batch.
+        """
+        tail = self.nr
+        r_blk = self.r_blk
+        granted = int(np.count_nonzero(q))  # a prefix: the budget ran out after it
+        more = new_blocks[:granted] - r_blk[:granted]
+        victims: list[int] = []
+        for i in np.flatnonzero(more).tolist():
+            if i >= tail:
+                break  # preempted already: the loop has run out of requests
+            wanted = int(more[i])
+            while wanted > free:
+                tail -= 1
+                victims.append(tail)
+                free += int(r_blk[tail])
+                if tail == i:
+                    break
+            if tail == i:
+                break
+            free -= wanted
+        scheduled = min(granted, tail)
+        r_blk[:scheduled] = new_blocks[:scheduled]
+        for slot in victims:  # in the order vLLM pops them: the last running first
+            victim = int(self.r_id[slot])
+            self.ntok[victim] = self.r_ntok[slot]
+            self.generated[victim] = self.r_gen[slot]
+            self.on_preempt(victim, int(r_blk[slot]), int(self.r_comp[slot]))
+            self.computed[victim] = 0
+            self.blocks[victim] = 0
+            self.npre[victim] += 1
+            self.pre_t.append(clock)
+            self.pre_r.append(victim)
+            self.waiting.prepend(victim)
+        self.nr = tail
+        return tail, free, len(victims)
+
     def fast_forward(self, last_step: float, kv_blocked: bool) -> None:
         """Run the quiet decode steps before the next arrival, completion or block shortage.
 
@@ -669,4 +901,5 @@ class _Run:
             token_time=token_time,
             end_time=self.clock,
             clamped_requests=self.clamped,
+            budget_needed=self.budget_needed,
         )

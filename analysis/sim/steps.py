@@ -88,17 +88,17 @@ class StepLog:
         start: float,
         ends: FloatArray,
         batch: int,
-        waiting: int,
+        waiting: int | IntArray,
         used: IntArray,
         blocked: bool,
     ) -> None:
-        """Consecutive decode steps of one unchanged batch (fast-forward)."""
+        """Consecutive decode steps of one unchanged batch (fast-forward, quiet lazy steps)."""
         m = len(ends)
         self.start.append(start)
         self.start.extend(ends[:-1].tolist())
         self.end.extend(ends.tolist())
         self.running.extend([batch] * m)
-        self.waiting.extend([waiting] * m)
+        self.waiting.extend([waiting] * m if isinstance(waiting, int) else waiting.tolist())
         self.used.extend(used.tolist())
         self.tokens.extend([batch] * m)
         self.prefill.extend([0] * m)
@@ -137,7 +137,8 @@ class LazyState:
 
     residues[k]: running entries whose base computed tokens are k mod block_size (an entry
     needs a new block in the step where its context fills the last one); ctx0: their summed
-    base computed tokens; heap: (lag at which an entry finishes, slot); ends: end time of
+    base computed tokens; heap: lag at which an entry finishes x array size + its slot (one
+    int per entry: cheaper to push, pop and build than a tuple); ends: end time of
     each lazy step (for token times); slots: array entries in use, running or finished;
     alive: running entries.
     """
@@ -148,14 +149,15 @@ class LazyState:
     alive: int = 0
     ctx0: int = 0
     residues: list[int] = field(default_factory=list)
-    heap: list[tuple[int, int]] = field(default_factory=list)
+    heap: list[int] = field(default_factory=list)
     ends: list[float] = field(default_factory=list)
 
 
-def rebuild_heap(lz: LazyState, r_tgt: IntArray, r_gen: IntArray) -> None:
+def rebuild_heap(lz: LazyState, r_tgt: IntArray, r_gen: IntArray, size: int) -> None:
+    """The finish heap of slots [:lz.slots]; a sorted list is a heap, and numpy sorts."""
     k = lz.slots
-    lz.heap = list(zip((r_tgt[:k] - r_gen[:k]).tolist(), range(k), strict=True))
-    heapq.heapify(lz.heap)
+    keys = (r_tgt[:k] - r_gen[:k]) * size + np.arange(k, dtype=np.int64)
+    lz.heap = np.sort(keys).tolist()
 
 
 class WaitingQueue:

@@ -40,6 +40,8 @@ class WhatIfOutcome:
     ttft_mean: float | None
     ttft_p99: float | None
     recomputed_tokens: int  # prefill work redone because of preemption
+    peak_running: int = 0  # the most requests running at once (within a step)
+    budget_needed: int = 0  # SimResult.budget_needed: a smaller token budget changes the run
 
     @property
     def e2e_p99_over_mean(self) -> float | None:
@@ -104,6 +106,25 @@ def outcome(result: SimResult) -> WhatIfOutcome:
         ttft_mean=_mean(ttft),
         ttft_p99=_pct(ttft, 99),
         recomputed_tokens=recomputed,
+        peak_running=peak_running(result),
+        budget_needed=result.budget_needed,
+    )
+
+
+def peak_running(result: SimResult) -> int:
+    """The most requests that ran at once: after admission, before the step's finishes."""
+    steps = result.steps
+    return int((steps.running + steps.finished).max()) if len(steps) else 0
+
+
+def relabel(found: WhatIfOutcome, config: SimConfig) -> WhatIfOutcome:
+    """An outcome of an identical run, under the settings of `config`."""
+    cap = config.capacity()
+    return dataclasses.replace(
+        found,
+        settings=_settings(config),
+        num_gpu_blocks=cap.num_gpu_blocks,
+        kv_cache_tokens=cap.kv_cache_tokens,
     )
 
 

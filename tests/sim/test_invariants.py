@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from preemptscope.analysis.sim.config import SimConfig
-from preemptscope.analysis.sim.engine import simulate
+from preemptscope.analysis.sim.engine import engine_key, simulate
+from preemptscope.analysis.sim.whatif import peak_running
 from preemptscope.analysis.sim.workload import Workload
+
+from tests.sim.abcases import differences, fingerprint
 
 
 @st.composite
@@ -104,3 +109,48 @@ def test_shortcuts_are_exact(case: tuple[Workload, SimConfig]) -> None:
     assert np.array_equal(fast.token_request[order_fast], slow.token_request[order_slow])
     assert np.allclose(fast.token_time[order_fast], slow.token_time[order_slow], atol=1e-6)
     assert np.allclose(fast.itls()[2], slow.itls()[2], atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.integers(1, 300))
+def test_a_cap_above_the_peak_changes_nothing(case: tuple[Workload, SimConfig], extra: int) -> None:
+    """The advice skips replaying a max_num_seqs that never binds: the run is bit-identical."""
+    workload, config = case
+    now = simulate(workload, config, record_tokens=True)
+    peak = peak_running(now)
+    if peak >= config.max_num_seqs:
+        return  # the cap bound: another cap may change the run
+    other = dataclasses.replace(
+        config,
+        max_num_seqs=peak + extra,
+        max_num_batched_tokens=max(config.max_num_batched_tokens, peak + extra),
+    )
+    if other.max_num_batched_tokens != config.max_num_batched_tokens:
+        return  # the token budget is another setting
+    again = simulate(workload, other, record_tokens=True)
+    assert differences(fingerprint(now), fingerprint(again)) == []
+
+
+def test_tensor_and_pipeline_parallel_over_the_same_gpus_share_a_key() -> None:
+    base = SimConfig(num_gpu_blocks_override=4000)
+    tp, pp = base.with_changes({"tp": 2}), base.with_changes({"pp": 2})
+    assert tp != pp and engine_key(tp) == engine_key(pp)
+    assert engine_key(base) != engine_key(tp)  # the roofline sees the GPU count
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.floats(0.0, 1.0))
+def test_a_budget_above_what_the_run_needed_changes_nothing(
+    case: tuple[Workload, SimConfig], where: float
+) -> None:
+    """The advice skips replaying a smaller max_num_batched_tokens the run never needed."""
+    workload, config = case
+    now = simulate(workload, config, record_tokens=True)
+    low = max(now.budget_needed, config.max_num_seqs)
+    if low >= config.max_num_batched_tokens:
+        return  # the budget bound, or there is nothing smaller to try
+    budget = low + int(where * (config.max_num_batched_tokens - 1 - low))
+    again = simulate(
+        workload, dataclasses.replace(config, max_num_batched_tokens=budget), record_tokens=True
+    )
+    assert differences(fingerprint(now), fingerprint(again)) == []
