@@ -382,7 +382,8 @@ def _envelope(text: str) -> tuple[Env, str]:
     begin = wrapper.end() if wrapper is not None else 0
     # Every envelope but a bare process prefix has a colon (a time, `LEVEL:`).
     colon = ":" in text
-    found = _find_header(text, begin) if colon else None
+    # A vLLM header has a `]` after its location: without one, no timestamp search.
+    found = _find_header(text, begin) if colon and "]" in text else None
     # Foreign envelopes and uvicorn's all hold a level word: without one, none of their six
     # searches (~7.5 ns a byte each) runs (hypothesis found `1.{non-default args: '` runs
     # at 560 ms per MB).
@@ -674,9 +675,11 @@ def _segments(text: str) -> list[str]:
     """
     # Lazily: a request line full of fake headers ends at its first one (a prompt of
     # back-to-back headers cost a _record_start per header before).
+    # Every header ends in `] `: without one (after the first), no scan (of the rest).
+    if "] " not in text:
+        return [text]
     headers = HEADER_CORE_RE.finditer(text)
     first = next(headers, None)
-    # Every header ends in `] `: without one after the first, no scan of the rest.
     if first is None or text.find("] ", first.end()) < 0:
         return [text]
     segments: list[str] = []
