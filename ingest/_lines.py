@@ -39,6 +39,10 @@ TIMESTAMP_RE = regex.compile(cat.TIMESTAMP, _FLAGS)
 # whole header costs its optional level group at every character of a long line.
 _HEADER_AT_RE = regex.compile(cat.HEADER[cat.HEADER.index("(?P<mon>") :], _FLAGS)
 HEADER_CORE_RE = regex.compile(cat.HEADER_CORE, _FLAGS)
+# The first place where both match, in one search: a loop of timestamp searches, each checked
+# by _HEADER_AT_RE, cost a Python step per timestamp that starts no header (33 ns a byte on
+# runs of `01-15 14:00:00   File`).
+_HEADER_SEARCH_RE = regex.compile(f"(?={cat.TIMESTAMP}){_HEADER_AT_RE.pattern}", _FLAGS)
 UVICORN_LEVEL_RE = regex.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+", _FLAGS)
 # After ` pid=`: the rest of a process prefix, then text without parentheses up to the header.
 _PID_TAIL_RE = regex.compile(r" pid=(?P<pid>\d{1,20})(?:, ip=[^)\n]{0,100})?\)", _FLAGS)
@@ -360,18 +364,14 @@ def _process_before(pre: str) -> tuple[str | None, int | None]:
 def _find_header(text: str, pos: int) -> tuple[int, str | None, regex.Match[str]] | None:
     """The first vLLM header at or after `pos`: (start, level or None, match from the
     timestamp on)."""
-    while True:
-        stamp = TIMESTAMP_RE.search(text, pos)
-        if stamp is None:
-            return None
-        at = stamp.start()
-        match = _HEADER_AT_RE.match(text, at)
-        if match is not None:
-            for level in cat.LEVELS:
-                if text.endswith(level + " ", pos, at):
-                    return at - len(level) - 1, level, match
-            return at, None, match
-        pos = at + 1
+    match = _HEADER_SEARCH_RE.search(text, pos)
+    if match is None:
+        return None
+    at = match.start()
+    for level in cat.LEVELS:
+        if text.endswith(level + " ", pos, at):
+            return at - len(level) - 1, level, match
+    return at, None, match
 
 
 def _envelope(text: str) -> tuple[Env, str]:
