@@ -335,8 +335,14 @@ class _Run:
                 continue
             if self.until is not None and self.clock >= self.until:
                 break
-            if self.lz.on:
-                quiet = self.lazy_run()
+            lz = self.lz
+            if lz.on:
+                # A quiet run needs QUIET_RUN_MIN steps before the next finish: cheap to ask.
+                quiet = (
+                    self.lazy_run()
+                    if lz.heap and lz.heap[0] // self.size - lz.lag > QUIET_RUN_MIN
+                    else 0
+                )
                 if quiet:
                     done += quiet - 1
                     continue
@@ -363,6 +369,7 @@ class _Run:
             return False
         budget_left = self.max_batched - dec
         picks: list[tuple[int, int, int]] = []  # (request, tokens computed now, cache hit)
+        new_tokens = new_context = new_pairs = new_decodes = 0  # the picks' sums
         blocked = as_plain = False
         while len(waiting) and budget_left > 0 and dec + len(picks) < self.max_seqs:
             r = waiting.peek()
@@ -394,22 +401,25 @@ class _Run:
                 blocked = True
                 break
             waiting.pop()
-            picks.append((r, tokens - hit, hit))
+            q = tokens - hit
+            picks.append((r, q, hit))
             free_left -= nb
-            budget_left -= tokens - hit
-        for r, _, hit in picks:
-            if r in self.cached:
-                del self.cached[r]
-                self.cache_hit_tokens += hit
+            budget_left -= q
+            new_tokens += q
+            new_context += tokens
+            new_pairs += q * hit + q * (q + 1) // 2
+            new_decodes += q == 1
+        if as_plain:
+            for r, _, hit in picks:
+                if r in self.cached:
+                    del self.cached[r]
+                    self.cache_hit_tokens += hit
 
-        n_tokens = dec + sum(q for _, q, _ in picks)
+        n_tokens = dec + new_tokens
         dec_context = lz.ctx0 + dec * lag0 + dec
-        context = dec_context + sum(q + hit for _, q, hit in picks)
-        decode_tokens = dec + sum(1 for _, q, _ in picks if q == 1)
-        if decode_tokens == n_tokens:
-            pairs = float(context)
-        else:
-            pairs = float(dec_context + sum(q * hit + q * (q + 1) // 2 for _, q, hit in picks))
+        context = dec_context + new_context
+        decode_tokens = dec + new_decodes
+        pairs = float(context) if decode_tokens == n_tokens else float(dec_context + new_pairs)
         clock = self.clock
         end = clock + self.cost.step_time(n_tokens, context, pairs, decode_tokens)
         free = free_left
@@ -519,6 +529,17 @@ class _Run:
                 blocked = True
                 self.budget_needed = max(self.budget_needed, dec + tokens)
             arrivals_count = self.policy_priority  # a new arrival may become the head
+        horizon = self.until if self.until is not None else np.inf
+        if arrivals_count and self.next_arr < self.n:
+            horizon = min(horizon, float(self.arrival[self.next_arr]))
+        if horizon < np.inf:
+            # Steps only lengthen (or stay), so the first one's time bounds how many start
+            # before the horizon: a cheap way out before any numpy.
+            context = lz.ctx0 + dec * lag0 + dec
+            first = self.cost.step_time(dec, context, float(context), dec)
+            steps = min(steps, int((horizon - self.clock) / first) + 2)
+            if steps < QUIET_RUN_MIN:
+                return 0
         residues = np.asarray(lz.residues, dtype=np.int64)
         need = residues[-(lag0 + np.arange(steps, dtype=np.int64)) % bs]
         used = np.cumsum(need)  # new blocks after each step
