@@ -36,13 +36,14 @@ from preemptscope.analysis.report import (
 from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.verdict import decide
 from preemptscope.analysis.windows import (
+    MetricWindows,
     V0Counter,
     build_window_table,
     data_windows,
     window_start,
 )
 from preemptscope.ingest.bench import BenchRun
-from preemptscope.ingest.lifecycle import latencies_from_requests
+from preemptscope.ingest.lifecycle import log_latencies
 from preemptscope.ingest.schema import LogFrames, empty
 from preemptscope.ingest.versions import v0_warns_preemption
 
@@ -78,6 +79,9 @@ class DeploymentInputs:
     # Client runs' whole-run figures, with the file they came from (summary-only results too).
     runs: list[tuple[str, BenchRun]] = field(default_factory=list)
     group: str | None = None  # the user's NAME when this is one server of several under it
+    # /metrics windows a Prometheus already reduced (fleet.py); `metrics` then holds only the
+    # samples read raw (the range's edges, restarts, busy windows).
+    reduced: MetricWindows | None = None
 
 
 def analyze(inputs: Sequence[DeploymentInputs], params: AnalysisParams | None = None) -> Report:
@@ -156,7 +160,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
     lat = inputs.latencies if inputs.latencies is not None and inputs.latencies.height else None
     if lat is None:
         # No client results: per-request latency from the log's received -> finished lines.
-        derived = latencies_from_requests(_frames(inputs.logs, "requests"))
+        derived = log_latencies(inputs.logs)
         lat = derived if derived.height else None
 
     grid = data_windows(
@@ -165,6 +169,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         (warnings, "timestamp"),
         (metrics, "timestamp"),
         (lat, "start"),
+        (inputs.reduced.starts() if inputs.reduced is not None else None, "timestamp"),
     )
     facts = capacity_facts(inputs.logs, metrics, lat, [])
     v0_logs = [lf for lf in inputs.logs if lf.log_era in ("v0", "mixed")]
@@ -176,8 +181,9 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         grid,
         v0_warns=any(v0_warns_preemption(lf.vllm_version) for lf in v0_logs),
         max_num_seqs=facts.max_num_seqs,
+        reduced=inputs.reduced,
     )
-    latency_by_window = _latency(grid, metrics, lat, params)
+    latency_by_window = _latency(grid, metrics, lat, params, inputs.reduced)
     windows = [
         Window(
             start=row["start"],
@@ -267,7 +273,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
             params,
             # Advice is checked by replaying the observed workload (analysis/sim/observed.py).
             replay=lambda: build_replay(
-                capacity, replay_inputs(inputs), preemptions=preemptions.total
+                capacity, replay_inputs(inputs, latencies=lat), preemptions=preemptions.total
             ),
         ),
         windows=windows,
@@ -506,6 +512,7 @@ def _latency(
     metrics: pl.DataFrame | None,
     lat: pl.DataFrame | None,
     params: AnalysisParams,
+    reduced: MetricWindows | None = None,
 ) -> list[dict[str, LatencyStats]]:
     """Per window: exact stats from per-request samples, else histogram estimates."""
     result: list[dict[str, LatencyStats]] = [{} for _ in grid]
@@ -519,7 +526,11 @@ def _latency(
             for i, stats in enumerate(latency.samples_windows_stats(lat, kind, bounds)):
                 if stats is not None:
                     result[i][kind] = stats
-    if metrics is not None:
+    if reduced is not None:
+        for i, win in enumerate(grid):
+            for name, stats in reduced.latency.get(win, {}).items():
+                result[i].setdefault(name, stats)
+    elif metrics is not None:
         for name in HISTOGRAM_KINDS:
             for i, stats in enumerate(latency.histogram_windows_stats(metrics, name, bounds)):
                 if stats is not None and name not in result[i]:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
+import numpy as np
 import polars as pl
 from preemptscope.analysis.report import LatencyMetric, LatencyStats
 
@@ -402,7 +403,7 @@ def histogram_windows_stats(
         .agg(pl.col("increase").sum())
         .sort("window", "sample", "le")
     )
-    # Few rows per window (one per bucket): plain Python from here on.
+    # Few rows per window (one per bucket): plain Python, the quantiles for many windows at once.
     buckets: dict[int, tuple[list[float], list[float]]] = {}
     sums: dict[int, float] = {}
     counts: dict[int, float] = {}
@@ -415,10 +416,92 @@ def histogram_windows_stats(
             sums[window] = increase
         else:
             counts[window] = increase
-    return [
-        _stats_from_buckets(kind, *buckets[i], sums.get(i), counts.get(i)) if i in buckets else None
-        for i in range(len(windows))
-    ]
+    result: list[LatencyStats | None] = [None] * len(windows)
+    by_bounds: dict[tuple[float, ...], list[int]] = {}
+    for window, (bounds, _) in buckets.items():
+        by_bounds.setdefault(tuple(bounds), []).append(window)
+    for bounds_key, members in by_bounds.items():
+        matrix = np.array([buckets[w][1] for w in members], dtype=np.float64)
+        found = _stats_many(kind, list(bounds_key), matrix, [sums.get(w) for w in members],
+                            [counts.get(w) for w in members])  # fmt: skip
+        for window, stats in zip(members, found, strict=True):
+            result[window] = stats
+    return result
+
+
+def _quantiles(
+    q: float, bounds: Sequence[float], cumulative: np.ndarray[Any, np.dtype[np.float64]]
+) -> tuple[list[float | None], list[bool]]:
+    """bucket_quantile for every row of `cumulative` (one window per row), the same floats."""
+    rows, n = cumulative.shape
+    if n == 0 or not math.isinf(bounds[-1]):
+        return [None] * rows, [False] * rows
+    counts = np.maximum.accumulate(cumulative, axis=1)
+    total = counts[:, -1]
+    rank = q * total
+    index = np.argmax((counts >= rank[:, None]) & (counts > 0), axis=1)
+    at = np.arange(rows)
+    upper = np.asarray(bounds, dtype=np.float64)[index]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        first = np.minimum(upper, upper * (rank / counts[:, 0]))
+        below = counts[at, np.maximum(index - 1, 0)]
+        lower = np.asarray(bounds, dtype=np.float64)[np.maximum(index - 1, 0)]
+        inner = np.minimum(
+            upper, lower + (upper - lower) * (rank - below) / (counts[at, index] - below)
+        )
+    values: list[float | None] = []
+    limited: list[bool] = []
+    for r in range(rows):
+        i = int(index[r])
+        if not total[r] > 0:
+            values.append(None)
+            limited.append(False)
+        elif i == n - 1:
+            values.append(float(bounds[-2]) if n > 1 else None)
+            limited.append(True)
+        elif i == 0:
+            values.append(float(upper[r]) if upper[r] <= 0 else float(first[r]))
+            limited.append(True)
+        else:
+            values.append(float(inner[r]))
+            limited.append(False)
+    return values, limited
+
+
+def _stats_many(
+    kind: LatencyMetric,
+    bounds: list[float],
+    cumulative: np.ndarray[Any, np.dtype[np.float64]],
+    sums: Sequence[float | None],
+    counts: Sequence[float | None],
+) -> list[LatencyStats | None]:
+    """_stats_from_buckets for many windows with the same bucket bounds."""
+    p50, _ = _quantiles(0.5, bounds, cumulative)
+    p90, _ = _quantiles(0.9, bounds, cumulative)
+    p99, limited = _quantiles(0.99, bounds, cumulative)
+    out: list[LatencyStats | None] = []
+    for r, (total_sum, count) in enumerate(zip(sums, counts, strict=True)):
+        observations = count if count is not None else (float(cumulative[r, -1]) if bounds else 0.0)
+        if observations <= 0:
+            out.append(None)
+            continue
+        mean = total_sum / observations if total_sum is not None else None
+        high = p99[r]
+        ratio = high / mean if high is not None and mean is not None and mean > 0 else None
+        out.append(
+            LatencyStats(
+                metric=kind,
+                source="histogram",
+                count=round(observations),
+                mean=mean,
+                p50=p50[r],
+                p90=p90[r],
+                p99=high,
+                p99_over_mean=ratio,
+                bucket_limited=limited[r],
+            )
+        )
+    return out
 
 
 def histogram_window_stats(

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 from preemptscope.analysis import latency
 from preemptscope.analysis.params import AnalysisParams
+from preemptscope.analysis.report import LatencyStats
 from preemptscope.ingest.schema import TIMESTAMP
 
 # A grid longer than this is not filled with empty windows (a year-less log can span years).
@@ -67,6 +68,25 @@ class V0Counter:
     unplaced: int  # counted by warnings without a timestamp
     since_start: int | None  # largest cumulative counter (summed over restarts)
     warning_lines: int
+
+
+@dataclass(frozen=True)
+class MetricWindows:
+    """/metrics facts per window computed before the analysis (by a Prometheus, fleet.py).
+
+    `table` has the columns metric_windows() returns (METRIC_WINDOW_COLUMNS), one row per
+    window with data; `latency` the histogram estimates per window number. `window_us` is the
+    window they were reduced with: the analysis must use the same one.
+    """
+
+    window_us: int
+    table: pl.DataFrame
+    latency: dict[int, dict[str, LatencyStats]]
+
+    def starts(self) -> pl.DataFrame:
+        """The windows' start times (column `timestamp`), for the analysis' window grid."""
+        micros = self.table["win"] * self.window_us
+        return pl.DataFrame({"timestamp": micros.cast(TIMESTAMP)})
 
 
 def window_index(column: str, params: AnalysisParams) -> pl.Expr:
@@ -192,7 +212,7 @@ def metric_windows(
         .iter_rows()
     )
 
-    evidence = _metric_evidence_times(m, params)
+    evidence = metric_evidence_times(m, params)
 
     def rate(value: float | None) -> float | None:
         return value / params.window_s if value is not None else None
@@ -217,11 +237,11 @@ def metric_windows(
             "m_ev_first": [evidence.get(w, (None, None))[0] for w in grid],
             "m_ev_last": [evidence.get(w, (None, None))[1] for w in grid],
         },
-        schema=_METRIC_COLS,
+        schema=METRIC_WINDOW_COLUMNS,
     )
 
 
-def _metric_evidence_times(
+def metric_evidence_times(
     m: pl.DataFrame, params: AnalysisParams
 ) -> dict[int, tuple[datetime, datetime]]:
     """Per window, the first and last scrape that shows the overload.
@@ -357,16 +377,25 @@ def build_window_table(
     *,
     v0_warns: bool | None = None,
     max_num_seqs: int | None = None,
+    reduced: MetricWindows | None = None,
 ) -> tuple[pl.DataFrame, V0Counter]:
     """One row per window of `grid` (schema WINDOW_COLUMNS) from all evidence of a deployment.
 
     `v0_warns`: whether the V0 engine behind the log prints preemption warnings (v0.4.3+).
     Only then does a V0 window without a warning count 0 (a lower bound); before v0.4.3, or
     when nothing tells, such a window has no count. A warning seen proves it either way.
-    `max_num_seqs` (when known) tells a full batch from a momentary queue.
+    `max_num_seqs` (when known) tells a full batch from a momentary queue. `reduced`: the
+    /metrics windows already computed (then `metrics` is not read for them).
     """
     s = stats_windows(stats, params, max_num_seqs)
-    m = metric_windows(metrics, grid, params) if metrics is not None else pl.DataFrame()
+    if reduced is not None:
+        if reduced.window_us != params.window_us:
+            raise ValueError("the /metrics windows were reduced with another window length")
+        m = reduced.table.filter(pl.col("win").is_in(list(grid))) if grid else pl.DataFrame()
+    elif metrics is not None:
+        m = metric_windows(metrics, grid, params)
+    else:
+        m = pl.DataFrame()
     high_kv: set[int] = set()
     for part, col in ((s, "s_kv_max"), (m, "m_kv_max")):
         if not part.is_empty():
@@ -392,7 +421,7 @@ def build_window_table(
         )
     table = pl.DataFrame({"win": list(grid)}, schema={"win": pl.Int64()})
     table = table.join(_or_empty(s, _STATS_COLS), on="win", how="left")
-    table = table.join(_or_empty(m, _METRIC_COLS), on="win", how="left")
+    table = table.join(_or_empty(m, METRIC_WINDOW_COLUMNS), on="win", how="left")
     table = table.join(v, on="win", how="left")
     counts = v0.warning_lines > 0 or bool(v0_warns)
     return _derive(table, params, v0_counts=counts, max_num_seqs=max_num_seqs), v0
@@ -417,7 +446,7 @@ _STATS_COLS: dict[str, pl.DataType] = {
     "s_wait_share": pl.Float64(),
     "s_batch_full": pl.Boolean(),
 }
-_METRIC_COLS: dict[str, pl.DataType] = {
+METRIC_WINDOW_COLUMNS: dict[str, pl.DataType] = {
     "win": pl.Int64(),
     "m_kv_max": pl.Float64(),
     "m_kv_mean": pl.Float64(),

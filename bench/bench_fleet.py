@@ -3,31 +3,124 @@
 Builds N servers x D days of S-second scrapes with the scheduler simulator
 (tests/fleet/fleetgen.py), backfills them with `promtool tsdb create-blocks-from openmetrics`,
 starts Debian's prometheus on 127.0.0.1, and runs `preemptscope report --prometheus URL --json`
-in a child process under /usr/bin/time: wall time and peak RSS. Also times one server read and
-analyzed in-process (read vs analysis). Figures: docs/benchmarks.md ("Fleet report").
+in a child process: wall time and peak RSS (os.wait4's rusage). Building the data is setup,
+not measured; `--data DIR` keeps it for the next run. `--profile` first runs the same report
+in-process under pyinstrument. Figures: docs/benchmarks.md ("Fleet report from Prometheus").
 Run from the repository root:
-    python bench/bench_fleet.py --servers 1 --days 7 --interval 15
-    python bench/bench_fleet.py --servers 10 --days 1 --interval 15
+    python bench/bench_fleet.py --servers 10 --days 1 --data /tmp/f10x1
+    python bench/bench_fleet.py --servers 100 --days 7 --seeds 1 --batch 10 --data /tmp/f100x7
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import re
+import os
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from preemptscope.analysis.analyze import AnalysisParams, analyze_deployment
-
-from preemptscope.fleet import Fleet, FleetOptions
 from tests.fleet import fleetgen
+
+
+def build(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Simulate, write OpenMetrics and backfill into root/tsdb, unless root holds that fleet.
+
+    `--batch` servers per OpenMetrics file, two promtool runs at a time (100 servers x 7 days
+    is ~90 GB of OpenMetrics text: it is written and backfilled a batch at a time).
+    """
+    key = {"servers": args.servers, "days": args.days, "interval_s": args.interval,
+           "seeds": args.seeds}  # fmt: skip
+    saved = root / "fleet.json"
+    if saved.is_file():
+        meta: dict[str, Any] = json.loads(saved.read_text())
+        if {k: meta.get(k) for k in key} == key and (root / "tsdb").is_dir():
+            return meta
+        raise SystemExit(f"{root} holds another fleet ({saved}): give an empty --data")
+    root.mkdir(parents=True, exist_ok=True)
+    meta = dict(key)
+    t = time.perf_counter()
+    fleet = fleetgen.build_fleet(
+        servers=args.servers, days=args.days, interval=args.interval, seeds=args.seeds
+    )
+    meta["simulate_s"] = round(time.perf_counter() - t, 1)
+    write_s, size, running = 0.0, 0, []
+    t = time.perf_counter()
+    batch = args.batch or len(fleet)
+    for i in range(0, len(fleet), batch):
+        om = root / f"history-{i}.om"
+        w = time.perf_counter()
+        fleetgen.write_openmetrics(fleet[i : i + batch], om)
+        write_s += time.perf_counter() - w
+        size += om.stat().st_size
+        while len(running) >= 2:  # two promtools at a time; each batch's text deleted after
+            running = [r for r in (_reap(p, f) for p, f in running) if r is not None]
+            time.sleep(1)
+        running.append((fleetgen.start_backfill(om, root / "tsdb", wait=False), om))
+    while running:
+        running = [r for r in (_reap(p, f) for p, f in running) if r is not None]
+        time.sleep(1)
+    meta["openmetrics_s"] = round(write_s, 1)
+    meta["openmetrics_mb"] = round(size / 1e6)
+    meta["build_s"] = round(time.perf_counter() - t, 1)
+    scrapes = sum(len(s.rendered) for s in fleet)
+    series = sum(1 for line in fleet[0].rendered[0][1].splitlines() if line[:1] not in "#")
+    meta["samples"] = scrapes * series
+    meta["start"] = min(s.start for s in fleet).isoformat()
+    last = max(when for s in fleet for when, _ in s.texts)
+    meta["end"] = (last + timedelta(seconds=1)).isoformat()
+    saved.write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def _reap(proc: Any, om: Path) -> tuple[Any, Path] | None:
+    """None once promtool is done (its input deleted); raises if it failed."""
+    code = proc.poll()
+    if code is None:
+        return proc, om
+    om.unlink()
+    if code != 0:
+        raise SystemExit(f"promtool failed on {om} (exit {code})")
+    return None
+
+
+def measure(argv: list[str]) -> tuple[dict[str, Any], float, float]:
+    """The child's JSON, wall seconds and peak RSS (MB, from wait4's rusage)."""
+    with tempfile.TemporaryFile() as out:
+        t = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise SystemExit(f"report failed ({proc.returncode}): {err.decode()[-2000:]}")
+        out.seek(0)
+        return json.loads(out.read()), wall, usage.ru_maxrss / 1024
+
+
+def profile(url: str, start: datetime, end: datetime, window: str | None) -> None:
+    """The whole fleet report in-process under pyinstrument (printed to stderr)."""
+    from pyinstrument import Profiler
+
+    from preemptscope.cli import main as cli
+
+    argv = ["report", "--prometheus", url, "--start", start.isoformat(), "--end",
+            end.isoformat(), "--prometheus-timeout", "600s", "--json"]  # fmt: skip
+    profiler = Profiler()
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        profiler.start()
+        cli([*argv, *(["--window", window] if window else [])])
+        profiler.stop()
+    print(profiler.output_text(unicode=False, show_all=False), file=sys.stderr)
 
 
 def main() -> int:
@@ -35,57 +128,50 @@ def main() -> int:
     parser.add_argument("--servers", type=int, default=10)
     parser.add_argument("--days", type=float, default=1.0)
     parser.add_argument("--interval", type=float, default=15.0, help="scrape interval, s")
-    parser.add_argument("--window", default="60s")
+    parser.add_argument("--window", default=None, help="--window for report (default: automatic)")
+    parser.add_argument(
+        "--data", type=Path, default=None,
+        help="keep the TSDB here and reuse it when it exists (building it is setup, not measured)",
+    )  # fmt: skip
+    parser.add_argument("--profile", action="store_true", help="pyinstrument the in-process read")
+    parser.add_argument("--seeds", type=int, default=2, help="simulations per profile")
+    parser.add_argument("--batch", type=int, default=0, help="servers per OpenMetrics file")
+    parser.add_argument("--build-only", action="store_true", help="build --data and stop")
     args = parser.parse_args()
     out: dict[str, object] = {
         "servers": args.servers, "days": args.days, "interval_s": args.interval,
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-        root = Path(tmp)
-        t = time.perf_counter()
-        fleet = fleetgen.build_fleet(servers=args.servers, days=args.days, interval=args.interval)
-        out["simulate_s"] = round(time.perf_counter() - t, 1)
-        t = time.perf_counter()
-        fleetgen.write_openmetrics(fleet, root / "history.om")
-        out["openmetrics_s"] = round(time.perf_counter() - t, 1)
-        out["openmetrics_mb"] = round((root / "history.om").stat().st_size / 1e6)
-        t = time.perf_counter()
-        fleetgen.backfill(root / "history.om", root / "tsdb")
-        out["backfill_s"] = round(time.perf_counter() - t, 1)
-        (root / "history.om").unlink()
-        scrapes = sum(len(s.rendered) for s in fleet)
-        series = sum(1 for line in fleet[0].rendered[0][1].splitlines() if line[:1] not in "#")
-        out["samples"] = scrapes * series
-        start = min(s.start for s in fleet)
-        end = max(when for s in fleet for when, _ in s.texts) + timedelta(seconds=1)
+        root = args.data or Path(tmp)
+        meta = build(root, args)
+        out.update(meta)
+        if args.build_only:
+            print(json.dumps(out, indent=2))
+            return 0
+        start, end = (datetime.fromisoformat(meta[k]) for k in ("start", "end"))
         with fleetgen.running_prometheus(root / "tsdb", root) as url:
-            # One server in-process: reading from Prometheus vs analysing.
-            options = FleetOptions(url=url, start=start, end=end, timeout_s=600)
-            with Fleet(options) as servers:
-                name = next(iter(servers.groups))
-                t = time.perf_counter()
-                item = servers.read(name)
-                out["one_server_read_s"] = round(time.perf_counter() - t, 2)
-                out["one_server_rows"] = item.metrics.height if item.metrics is not None else 0
-                t = time.perf_counter()
-                analyze_deployment(item, AnalysisParams(now=end))
-                out["one_server_analyze_s"] = round(time.perf_counter() - t, 2)
-            del item
-            argv = ["/usr/bin/time", "-v", sys.executable, "-m", "preemptscope.cli", "report",
-                    "--prometheus", url, "--start", start.isoformat(), "--end", end.isoformat(),
-                    "--window", args.window, "--prometheus-timeout", "600s", "--json"]  # fmt: skip
-            t = time.perf_counter()
-            done = subprocess.run(argv, capture_output=True, text=True, check=False)
-            out["report_s"] = round(time.perf_counter() - t, 1)
-            if done.returncode != 0:
-                print(done.stderr[-2000:], file=sys.stderr)
-                return 1
-            rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
-            out["report_peak_rss_mb"] = round(int(rss.group(1)) / 1024) if rss else None
-            report = json.loads(done.stdout)
+            if args.profile:
+                profile(url, start, end, args.window)
+            argv = [sys.executable, "-m", "preemptscope.cli", "report", "--prometheus", url,
+                    "--start", start.isoformat(), "--end", end.isoformat(),
+                    "--prometheus-timeout", "600s", "--json"]  # fmt: skip
+            if args.window:
+                argv += ["--window", args.window]
+            report, wall, rss = measure(argv)
+            out["report_s"] = round(wall, 1)
+            out["report_peak_rss_mb"] = round(rss)
+            out["window_s"] = report["fleet"]["window_s"]
             out["deployments"] = len(report["deployments"])
-            out["verdicts"] = sorted(d["verdict"]["state"] for d in report["deployments"])
+            verdicts = [d["verdict"]["state"] for d in report["deployments"]]
+            out["verdicts"] = {v: verdicts.count(v) for v in sorted(set(verdicts))}
+            out["preemptions"] = sum(d["preemptions"]["total"] or 0 for d in report["deployments"])
+            records = [s["records"] for s in report["sources"] if s["kind"] == "metrics"]
+            out["scrapes"] = sum(r["scrapes"] for r in records)
+            out["windows"] = sum(r["windows"] for r in records)
+            out["windows_read_raw"] = sum(r["windows_read_raw"] for r in records)
+            out["samples_read_raw"] = sum(r["samples_read_raw"] for r in records)
     print(json.dumps(out, indent=2))
+    return 0
     return 0
 
 

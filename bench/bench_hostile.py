@@ -1,18 +1,30 @@
 """Adversarial inputs per MB, side by side with a normal log of the same size, in one run.
 
-Every class of bench/hostile.py is written to a file of --size-mb, next to a normal log of the
-same size (bench/gen_logs.py); `parse --json` and `report --json` read each in their own
-process (wall, CPU, peak RSS via wait4()). Then the inputs that must end with an error or a
-cut: one line of --long-mb without a newline (cut and counted), a gzip of 1 GB of zeros (a
-bomb), /dev/zero (endless). Read the ratios: the machine is shared. Usage:
+Every class of bench/hostile.py is written to a file of each --size-mb, next to a normal log
+of the same size (bench/gen_logs.py). Each file is read by `parse --json` (and with
+--report, `report --json`) in a child process of its own that imports the CLI, runs it once
+on a one-line log (start-up, lazy imports), then times the command on the file (best of
+--repeat): what is left is the cost per MB after start-up, without the start-up's noise.
+Peak RSS of the child comes from wait4(). Two sizes show whether the cost per MB stays flat
+(linear time). Then the inputs that must end with an error or a cut: one line of --long-mb
+without a newline (cut and counted), a gzip of 1 GB of zeros (a bomb), /dev/zero (endless).
+Read the ratios: the machine is shared. Usage:
 
-    python bench/bench_hostile.py [--size-mb 16] [--long-mb 300]
+    python bench/bench_hostile.py [--size-mb 8,32] [--long-mb 300] [--report] [--compare REF]
+    python bench/bench_hostile.py --child FILE ONE_LINE_LOG parse 3 [ROOT]   (one measurement)
+
+`--compare REF` also times `parse --json` of REF (its preemptscope/ and ingest/ unpacked with
+`git archive`, as bench_parse_small.py does) on the same files, interleaved: before and after
+side by side in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
+import io
+import json
 import os
 import subprocess
 import sys
@@ -36,6 +48,77 @@ REAL = (
 )
 
 
+def _argv(command: str, path: Path | str) -> list[str]:
+    if command == "parse":
+        return ["parse", str(path), "--json", "--quiet"]
+    return ["report", str(path), "--json"]
+
+
+def child(path: str, one_line: str, command: str, repeat: int, root: str | None) -> None:
+    """In this process: the CLI once on `one_line` (start-up), then best of `repeat` on
+    `path`; prints {"wall_s", "cpu_s"} (CPU of every thread, Polars' pool included).
+    With `root`, the packages of that checkout shadow the installed ones."""
+    if root is not None:
+        import preemptscope.ingest
+
+        import preemptscope
+
+        preemptscope.__path__[:] = [str(Path(root) / "preemptscope")]
+        preemptscope.ingest.__path__[:] = [str(Path(root) / "ingest")]
+    from preemptscope.ingest import logs
+
+    from preemptscope.cli import main as cli
+
+    assert root is None or logs.__file__.startswith(root), logs.__file__
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        cli(_argv(command, one_line))
+    best = (float("inf"), 0.0)
+    for _ in range(repeat):
+        wall, cpu = time.perf_counter(), time.process_time()
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = cli(_argv(command, path))
+        if code not in (0, 1):
+            raise SystemExit(f"{command} {path}: exit {code}")
+        best = min(best, (time.perf_counter() - wall, time.process_time() - cpu))
+    print(json.dumps({"wall_s": best[0], "cpu_s": best[1]}))
+
+
+def _checkout(ref: str) -> Path:
+    """The preemptscope/ and ingest/ packages of `ref`, unpacked in the temp directory."""
+    name = ref.replace("/", "_").replace("~", "-")
+    target = Path(tempfile.gettempdir()) / f"preemptscope-hostile-{name}"
+    if not target.exists():
+        target.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "archive", ref, "ingest", "preemptscope"],
+            check=True,
+            capture_output=True,
+            cwd=HERE.parent,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+def _timed(
+    path: Path, one_line: Path, command: str, repeat: int, root: Path | None = None
+) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MB) of `command` on `path` after start-up, in a child."""
+    argv = [sys.executable, __file__, "--child", str(path), str(one_line), command, str(repeat)]
+    argv += [str(root)] if root is not None else []
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
+        assert proc.stdout is not None
+        out = proc.stdout.read().decode()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(f"{command} {path} failed: {err.read().decode()[-500:]}")
+    timing = json.loads(out.strip().splitlines()[-1])
+    return float(timing["wall_s"]), float(timing["cpu_s"]), usage.ru_maxrss / 1024
+
+
 def _write(path: Path, name: str, size: int) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(REAL + "\n")
@@ -46,21 +129,13 @@ def _write(path: Path, name: str, size: int) -> None:
                 written += len(line) + 1
 
 
-def _commands(path: Path) -> dict[str, list[str]]:
-    py = sys.executable
-    return {
-        "parse": [py, "-m", "preemptscope", "parse", str(path), "--json", "--quiet"],
-        "report": [py, "-m", "preemptscope", "report", str(path), "--json"],
-    }
-
-
 def _error_run(name: str, argv: list[str]) -> tuple[Run, int, str]:
     """Run argv expecting a failure: (wall and peak RSS, exit code, last line of stderr)."""
     start = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert child.stderr is not None
-    err = child.stderr.read().decode("utf-8", "replace").strip()
-    _, status, usage = os.wait4(child.pid, 0)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode("utf-8", "replace").strip()
+    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     run = Run(name, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, "")
     return run, os.waitstatus_to_exitcode(status), err.splitlines()[-1][:300] if err else ""
@@ -68,58 +143,88 @@ def _error_run(name: str, argv: list[str]) -> tuple[Run, int, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--size-mb", type=float, default=16.0)
+    parser.add_argument("--size-mb", default="8,32", help="comma-separated sizes")
     parser.add_argument("--long-mb", type=int, default=300)
     parser.add_argument("--classes", default=",".join(hostile.CLASSES))
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--report", action="store_true", help="also time report --json")
+    parser.add_argument("--compare", help="git ref whose parse --json to time beside")
+    parser.add_argument("--child", nargs="+", metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    size = int(args.size_mb * 1e6)
+    if args.child:
+        root = args.child[4] if len(args.child) > 4 else None
+        child(args.child[0], args.child[1], args.child[2], int(args.child[3]), root)
+        return
+    commands = ["parse", "report"] if args.report else ["parse"]
+    other = _checkout(args.compare) if args.compare else None
+    if other is not None:
+        commands.append("before")
+    sizes = [float(x) for x in args.size_mb.split(",")]
+    names = args.classes.split(",")
+    print(f"cpus={os.cpu_count()}, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         base = Path(tmp)
-        normal = base / "normal.log"
-        subprocess.run(
-            [sys.executable, str(HERE / "gen_logs.py"), str(normal), str(args.size_mb)],
-            check=True,
-            capture_output=True,
+        one_line = base / "one-line.log"
+        one_line.write_text(REAL + "\n", encoding="utf-8")
+        floor = measure(
+            "start-up", [sys.executable, "-m", "preemptscope", *_argv("parse", one_line)], 3
         )
-        # The fixed cost of a command (start-up, imports: a one-line log) is taken off.
-        empty = base / "one-line.log"
-        empty.write_text(REAL + "\n", encoding="utf-8")
-        floor = {k: measure(k, argv, 3).wall_s for k, argv in _commands(empty).items()}
-        rows: list[tuple[str, float, dict[str, Run]]] = []
-        reference = {k: measure(k, argv) for k, argv in _commands(normal).items()}
-        rows.append(("normal log (gen_logs.py)", normal.stat().st_size / 1e6, reference))
-        for name in args.classes.split(","):
-            path = base / f"{name}.log"
-            _write(path, name, size)
-            runs = {k: measure(k, argv) for k, argv in _commands(path).items()}
-            rows.append((name, path.stat().st_size / 1e6, runs))
-            path.unlink()
-        print(f"cpus={os.cpu_count()}, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         print(
-            "| input | MB | parse s/MB | x normal | parse peak RSS MB"
-            " | report s/MB | x normal | report peak RSS MB |"
+            f"start-up of parse --json (a one-line log, best of 3): {floor.wall_s:.2f} s,"
+            " not counted"
         )
-        print("|---|---|---|---|---|---|---|---|")
-        print(
-            f"start-up floor (a one-line log): parse {floor['parse']:.2f} s,"
-            f" report {floor['report']:.2f} s, taken off below"
-        )
-
-        def per_mb(run: Run, kind: str, mb: float) -> float:
-            return float(max(0.0, run.wall_s - floor[kind]) / mb)
-
-        normal_mb = rows[0][1]
-        for name, mb, runs in rows:
-            p, r = runs["parse"], runs["report"]
-            px = per_mb(p, "parse", mb) / max(1e-9, per_mb(reference["parse"], "parse", normal_mb))
-            rx = per_mb(r, "report", mb) / max(
-                1e-9, per_mb(reference["report"], "report", normal_mb)
+        # name -> size -> command -> (ms per MB wall, ms per MB CPU, peak RSS MB)
+        table: dict[str, dict[float, dict[str, tuple[float, float, float]]]] = {}
+        for size_mb in sizes:
+            normal = base / f"normal-{size_mb:g}.log"
+            subprocess.run(
+                [sys.executable, str(HERE / "gen_logs.py"), str(normal), str(size_mb)],
+                check=True,
+                capture_output=True,
             )
+            for name in ["normal", *names]:
+                path = normal if name == "normal" else base / f"{name}.log"
+                if name != "normal":
+                    _write(path, name, int(size_mb * 1e6))
+                mb = path.stat().st_size / 1e6
+                for command in commands:
+                    if command == "before":
+                        wall, cpu, rss = _timed(path, one_line, "parse", args.repeat, other)
+                    else:
+                        wall, cpu, rss = _timed(path, one_line, command, args.repeat)
+                    row = table.setdefault(name, {}).setdefault(size_mb, {})
+                    row[command] = (wall * 1000 / mb, cpu * 1000 / mb, rss)
+                path.unlink()
+        print(f"load after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        for command in commands:
+            head = " | ".join(f"{s:g} MB: ms/MB wall (CPU) / x normal / peak RSS MB" for s in sizes)
+            title = f"parse --json of {args.compare}" if command == "before" else command
             print(
-                f"| {name} | {mb:.1f} | {per_mb(p, 'parse', mb):.4f} | {px:.1f}"
-                f" | {p.peak_rss_mb:.0f} | {per_mb(r, 'report', mb):.4f} | {rx:.1f}"
-                f" | {r.peak_rss_mb:.0f} |"
+                f"\n`{title}` after start-up\n\n| input | {head}"
+                f" | cost per MB, {sizes[-1]:g} MB / {sizes[0]:g} MB |"
             )
+            print("|---|" + "---|" * (len(sizes) + 1))
+            for name, by_size in table.items():
+                cells = []
+                for size_mb in sizes:
+                    wall, cpu, rss = by_size[size_mb][command]
+                    ref = table["normal"][size_mb][command][0]
+                    cells.append(f"{wall:.1f} ({cpu:.1f}) / {wall / ref:.1f} / {rss:.0f}")
+                growth = by_size[sizes[-1]][command][0] / by_size[sizes[0]][command][0]
+                print(f"| {name} | {' | '.join(cells)} | {growth:.2f} |")
+
+        if other is not None:
+            print(f"\n`parse --json`, {args.compare} beside this tree (wall ms/MB, x normal)\n")
+            print("| input | " + " | ".join(f"{s:g} MB: before / after" for s in sizes) + " |")
+            print("|---|" + "---|" * len(sizes))
+            for name, by_size in table.items():
+                cells = []
+                for size_mb in sizes:
+                    old, new = by_size[size_mb]["before"][0], by_size[size_mb]["parse"][0]
+                    old_x = old / table["normal"][size_mb]["before"][0]
+                    new_x = new / table["normal"][size_mb]["parse"][0]
+                    cells.append(f"{old:.1f} ({old_x:.1f}x) / {new:.1f} ({new_x:.1f}x)")
+                print(f"| {name} | {' | '.join(cells)} |")
 
         # One line of --long-mb bytes without a newline, between two ordinary lines.
         long = base / "long.log"
@@ -129,7 +234,8 @@ def main() -> None:
             for _ in range(args.long_mb * 1_000_000 // len(block)):
                 handle.write(block)
             handle.write(b"\n" + hostile.received("y").encode() + b"\n")
-        run = measure("long line", _commands(long)["parse"])
+        py = [sys.executable, "-m", "preemptscope"]
+        run = measure("long line", [*py, *_argv("parse", long)])
         print(
             f"\none {args.long_mb} MB line: parse --json {run.wall_s:.2f} s,"
             f" peak RSS {run.peak_rss_mb:.0f} MB; {run.output[:160]}"
@@ -141,7 +247,7 @@ def main() -> None:
             for _ in range(64):  # 1 GiB
                 packed.write(zeros)
         for label, target in (("gzip of 1 GiB zeros", bomb), ("/dev/zero", Path("/dev/zero"))):
-            run, code, err = _error_run(label, _commands(target)["parse"])
+            run, code, err = _error_run(label, [*py, *_argv("parse", target)])
             print(
                 f"{label}: exit {code} after {run.wall_s:.2f} s,"
                 f" peak RSS {run.peak_rss_mb:.0f} MB: {err}"

@@ -8,6 +8,7 @@ wait4(): wall time, CPU time (user + sys) and peak RSS. Timings on a shared mach
 noisy: read the ratios. Nothing here is a test. Usage:
 
     python bench/bench_parse.py --size-mb 1024 [--rss-sizes 256,1024] [--repeat 1]
+        [--profile mixed,v1-requests]
 
 Generated files go to bench/data/ (gitignored) and are deleted afterwards unless --keep.
 """
@@ -89,12 +90,20 @@ def measure(name: str, argv: list[str], repeat: int = 1, env: dict[str, str] | N
     return best
 
 
-def _file(size_mb: int) -> Path:
+def _file(size_mb: int, profile: str) -> Path:
     DATA.mkdir(exist_ok=True)
-    path = DATA / f"bench-{size_mb}mb.log"
+    path = DATA / f"bench-{profile}-{size_mb}mb.log"
     if not path.exists():
         subprocess.run(
-            [sys.executable, str(HERE / "gen_logs.py"), str(path), str(size_mb)], check=True
+            [
+                sys.executable,
+                str(HERE / "gen_logs.py"),
+                str(path),
+                str(size_mb),
+                "--profile",
+                profile,
+            ],
+            check=True,
         )
     return path
 
@@ -135,6 +144,11 @@ def main() -> None:
     parser.add_argument("--size-mb", default="100,1024", help="comma list of file sizes (MB)")
     parser.add_argument("--rss-sizes", default="", help="comma list of sizes for the RSS check")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--profile",
+        default="mixed",
+        help="comma list of gen_logs.py profiles: mixed (three eras), v1-requests",
+    )
     parser.add_argument("--keep", action="store_true", help="keep generated files")
     parser.add_argument("--inner", choices=["duckdb"], help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
@@ -144,10 +158,13 @@ def main() -> None:
         return
     made: list[Path] = []
     results: list[dict[str, object]] = []
-    for size in [int(s) for s in args.size_mb.split(",") if s]:
-        path = _file(size)
-        made.append(path)
-        results.extend(asdict(r) | {"output": r.output[:200]} for r in _table(path, args.repeat))
+    profiles = [p for p in args.profile.split(",") if p]
+    for profile in profiles:
+        for size in [int(s) for s in args.size_mb.split(",") if s]:
+            path = _file(size, profile)
+            made.append(path)
+            runs = _table(path, args.repeat)
+            results.extend(asdict(r) | {"output": r.output[:200], "profile": profile} for r in runs)
     py = sys.executable
     rss_sizes = [int(s) for s in args.rss_sizes.split(",") if s]
     if rss_sizes:
@@ -156,7 +173,7 @@ def main() -> None:
         )
         print("|---|---|---|---|---|")
     for size in rss_sizes:
-        sized = _file(size)
+        sized = _file(size, profiles[0])
         made.append(sized)
         report = measure("report", [py, "-m", "preemptscope", "report", str(sized), "--json"])
         parse = measure(

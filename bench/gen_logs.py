@@ -7,7 +7,11 @@ The file cycles through three deployments' eras, each a stretch of simulated tim
   every 10 s, KV usage creeping up to 99 %;
 - V1 v0.33 (process prefix in the format): access lines for /v1, /health and /metrics, stats
   every 10 s, occasional ERROR tracebacks, tqdm glue and a terminal-wrapped stats record.
-Usage: python bench/gen_logs.py OUT_PATH SIZE_MB [--seed N]
+With `--profile v1-requests` the file is one V1 v0.33 server with request logging on
+(`--enable-log-requests --enable-log-outputs`): 20 requests/s, each a `Received request` line
+with its prompt and params, an `Added request <id>-<8 chars>` line, a `Generated response`
+line when it finishes (2-40 s later) and an access line; stats every 10 s.
+Usage: python bench/gen_logs.py OUT_PATH SIZE_MB [--seed N] [--profile mixed|v1-requests]
 """
 
 from __future__ import annotations
@@ -180,27 +184,82 @@ def _v1_new(rng: random.Random, start: datetime, seconds: int) -> Iterator[str]:
             yield from (template.format(ts=ts) for template in TRACEBACK)
 
 
-def generate(path: str, size_mb: float, seed: int = 0) -> int:
+V1_RECEIVED_FULL = (
+    "(APIServer pid=1) INFO {ts} [logger.py:49] Received request chatcmpl-{rid:032x}: prompt: "
+    "'<|im_start|>user\\nWhat is the capital of country {rid}? Answer in one word."
+    "<|im_end|>\\n<|im_start|>assistant\\n', params: SamplingParams(n=1, presence_penalty=0.0, "
+    "frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.7, top_p=0.8, top_k=20, "
+    "max_tokens=512), prompt_token_ids: None, prompt_embeds shape: None, lora_request: None."
+)
+V1_ADDED = "(APIServer pid=1) INFO {ts} [async_llm.py:347] Added request chatcmpl-{rid:032x}-{tag}."
+V1_GENERATED = (
+    "(APIServer pid=1) INFO {ts} [logger.py:71] Generated response chatcmpl-{rid:032x}: output: "
+    "'Paris.', finish_reason: stop"
+)
+
+
+def _v1_requests(rng: random.Random, start: datetime, seconds: int) -> Iterator[str]:
+    """One V1 v0.33 server with request logging on: 20 requests/s, stats every 10 s."""
+    yield f"(APIServer pid=1) INFO {_ts(start)} [utils.py:300] vLLM server version 0.33.0"
+    rid = rng.getrandbits(100) << 20
+    ends: dict[int, list[int]] = {}
+    for second in range(seconds):
+        now = start + timedelta(seconds=second)
+        ts = _ts(now)
+        for _ in range(20):
+            rid += 1
+            yield V1_RECEIVED_FULL.format(ts=ts, rid=rid)
+            yield V1_ADDED.format(ts=ts, rid=rid, tag=f"{rng.getrandbits(32):08x}")
+            ends.setdefault(second + rng.randint(2, 40), []).append(rid)
+        for done in ends.pop(second, []):
+            yield V1_GENERATED.format(ts=ts, rid=done)
+            yield ACCESS.format(
+                prefix="(APIServer pid=1) ",
+                a=done % 200,
+                b=done % 250,
+                port=30000 + done % 30000,
+                method="POST",
+                path="/v1/chat/completions",
+                status="200 OK",
+            )
+        if second % 10 == 0:
+            yield V1_STATS.format(
+                prefix="(APIServer pid=1) ",
+                ts=ts,
+                pt=rng.uniform(0, 9000),
+                gt=rng.uniform(200, 1500),
+                run=rng.randint(10, 64),
+                wait=rng.randint(0, 60),
+                kv=rng.uniform(50, 99.9),
+                hit=rng.uniform(0, 60),
+            )
+
+
+PROFILES = {"mixed": (_v0, _v1_docker, _v1_new), "v1-requests": (_v1_requests,)}
+
+
+def generate(path: str, size_mb: float, seed: int = 0, profile: str = "mixed") -> int:
     """Write about size_mb MiB of log lines to path; returns the number of bytes written."""
     rng = random.Random(seed)
     target = int(size_mb * 1024 * 1024)
     written = 0
     moment = datetime(2025, 12, 31, 20, 0, tzinfo=UTC)  # crosses a new year on purpose
-    eras = (_v0, _v1_docker, _v1_new)
+    eras = PROFILES[profile]
     era = 0
     with open(path, "w", encoding="utf-8", newline="\n") as out:
         while written < target:
             block: list[str] = []
-            for line in eras[era % 3](rng, moment, 1800):
+            for line in eras[era % len(eras)](rng, moment, 1800):
                 block.append(line)
             text = "\n".join(block) + "\n"
-            if written + len(text) > target:
+            last = written + len(text) > target
+            if last:
                 cut = text.rfind("\n", 0, target - written)
                 text = text[: cut + 1] if cut > 0 else ""
-                if not text:
-                    break
             out.write(text)
             written += len(text.encode("utf-8"))
+            if last:
+                break
             moment += timedelta(seconds=1800)
             era += 1
     return written
@@ -211,8 +270,9 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("size_mb", type=float)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="mixed")
     args = parser.parse_args()
-    size = generate(args.out, args.size_mb, args.seed)
+    size = generate(args.out, args.size_mb, args.seed, args.profile)
     print(f"wrote {size / 1e6:.1f} MB to {args.out}")
 
 

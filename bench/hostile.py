@@ -52,6 +52,23 @@ def config_line(size: int) -> list[str]:
     return [line] * max(1, size // per)
 
 
+def non_default_args(size: int) -> list[str]:
+    """64 KB `non-default args: {...}` dict literals (a parser of the whole literal costs
+    ~0.45 us a byte)."""
+    per = min(size, 64_000)
+    body = "{'model': 'm', " + _repeat("'k': [1, 'a', (2, 3)], 'max_num_seqs': 8, ", per) + "}"
+    line = f"INFO 01-15 14:00:00 [cli_args.py:325] non-default args: {body}"
+    return [line] * max(1, size // per)
+
+
+def ansi_brackets(size: int) -> list[str]:
+    """100 KB of `[` runs with one colour code at the end (every bracket starts a try of an
+    ANSI pattern with an optional prefix)."""
+    per = min(size, 100_000)
+    line = _repeat("[", per) + "\x1b[0m"
+    return [line] * max(1, size // per)
+
+
 def stats_digits(size: int) -> list[str]:
     """128 KB of digits after a stats prefix (`[\\d.]+` runs and the fields after them)."""
     per = min(size, 128_000)
@@ -94,6 +111,8 @@ CLASSES: dict[str, Callable[[int], list[str]]] = {
     "dash_runs_prompt": dash_runs_prompt,
     "config_prompt": config_prompt,
     "config_line": config_line,
+    "non_default_args": non_default_args,
+    "ansi_brackets": ansi_brackets,
     "stats_digits": stats_digits,
     "stats_digits_prompt": stats_digits_prompt,
     "headers_prompt": headers_prompt,

@@ -11,6 +11,11 @@ A file is identified by (device, inode) plus a fingerprint: the SHA-256 of its f
   again by inode (renamed) or fingerprint (copied) among the path and its rotated siblings.
 - A partial last line is held back until its newline arrives; checkpoints store the offset
   of the last complete line, so a restart re-reads the partial line rather than losing it.
+- A line longer than MAX_LINE_BYTES is cut: its first MAX_LINE_BYTES are held, the rest is
+  read past (never kept, never read as lines of its own: a prompt's tail could forge a
+  record), and the line is emitted once, with its real length, when its newline comes. A
+  checkpoint inside it says how much of it was read (`cut_read`): a restart takes its head
+  again and goes on skipping from there.
 Pure polling (no inotify): portable, and `poll_interval` bounds the latency.
 """
 
@@ -57,6 +62,9 @@ class FileCheckpoint:
     fingerprint: str  # sha256 hex of the first fp_len bytes
     fp_len: int
     key: str = ""  # the incarnation id given to chunks, kept stable across restarts
+    # Inside a line longer than MAX_LINE_BYTES that starts at `offset`: the bytes of it read
+    # so far (0 when not inside one). A restart reads its head again and skips the rest.
+    cut_read: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +75,7 @@ class FileCheckpoint:
             "fingerprint": self.fingerprint,
             "fp_len": self.fp_len,
             "key": self.key,
+            "cut_read": self.cut_read,
         }
 
     @classmethod
@@ -79,6 +88,7 @@ class FileCheckpoint:
             fingerprint=str(data["fingerprint"]),
             fp_len=int(data["fp_len"]),
             key=str(data.get("key", "")),
+            cut_read=int(data.get("cut_read", 0)),
         )
 
 
@@ -123,7 +133,8 @@ class Chunk:
     first_line: int  # 1-based physical line number of lines[0] in that incarnation
     incarnation: str  # "dev:inode:fingerprint-of-first-bytes" at open; new value = new file
     new_incarnation: bool  # True for the first chunk of a file (reset any parser state)
-    # line number -> real length of a line cut at MAX_LINE_BYTES (its text is the first bytes)
+    # line number -> real length of a line cut at MAX_LINE_BYTES (its text is the first bytes;
+    # it comes once its newline has been read)
     cut: dict[int, int] = field(default_factory=dict)
 
 
@@ -142,16 +153,18 @@ class _Tracked:
     quiet_since: float = field(default_factory=time.monotonic)
     started: bool = False  # a chunk has been emitted for this incarnation
     key: str = ""
-    # Inside a line cut at MAX_LINE_BYTES: its rest is read past until the newline, so none
-    # of it is read as lines of its own (a prompt's tail would otherwise start a "record").
+    # Inside a line cut at MAX_LINE_BYTES: `partial` holds its first MAX_LINE_BYTES and its
+    # rest is read past until the newline (`skipped` bytes so far), so none of it is read
+    # as lines of its own (a prompt's tail would otherwise start a "record").
     skipping: bool = False
+    skipped: int = 0
 
     @property
     def committed(self) -> int:
         # After copytruncate a partial line carried over from the copy may be longer than
         # what was read of the new file; a restart then resumes at 0 (the fragment's start
         # stays in the copy).
-        return max(0, self.offset - len(self.partial))
+        return max(0, self.offset - len(self.partial) - self.skipped)
 
     def checkpoint(self) -> FileCheckpoint:
         return FileCheckpoint(
@@ -162,6 +175,7 @@ class _Tracked:
             fingerprint=self.fp_hash,
             fp_len=self.fp_len,
             key=self.key,
+            cut_read=self.offset - self.committed if self.skipping else 0,
         )
 
 
@@ -629,7 +643,21 @@ class FileFollower:
             tracked.fp_hash = entry.fingerprint
         self._grow_fingerprint(tracked)
         tracked.key = entry.key if entry is not None and entry.key else self._key(tracked)
+        if entry is not None and entry.cut_read > 0:
+            self._resume_cut(tracked, entry.cut_read)
         return tracked
+
+    @staticmethod
+    def _resume_cut(tracked: _Tracked, cut_read: int) -> None:
+        """Go on inside a long line that the checkpoint was taken in: its head is read
+        again, the `cut_read` bytes of it read before are not (the newline is after them)."""
+        head = _pread_all(tracked.fd, min(cut_read, MAX_LINE_BYTES), tracked.offset)
+        if len(head) < min(cut_read, MAX_LINE_BYTES):
+            return  # the file is shorter than it was: the truncation check takes it from here
+        tracked.partial = head
+        tracked.offset += cut_read
+        tracked.skipped = cut_read - len(head)
+        tracked.skipping = tracked.skipped > 0
 
     def _key(self, tracked: _Tracked) -> str:
         return f"{tracked.dev}:{tracked.inode}:{tracked.fp_hash[:16]}"
@@ -660,8 +688,11 @@ class FileFollower:
             tracked.quiet_since = self._clock()
         if final and tracked.partial:
             # A renamed file that has gone quiet: its unterminated last line is complete.
-            self._emit(tracked, [tracked.partial])
-            tracked.partial = b""
+            real = len(tracked.partial) + tracked.skipped
+            self._emit(
+                tracked, [tracked.partial], {tracked.line + 1: real} if tracked.skipping else None
+            )
+            tracked.partial, tracked.skipped, tracked.skipping = b"", 0, False
 
     def _emit_range(self, tracked: _Tracked, fd: int, start: int, end: int) -> None:
         """Emit bytes [start, end) of another file holding this incarnation (its copy)."""
@@ -671,22 +702,25 @@ class FileFollower:
         if own and len(tracked.head) == tracked.offset < FINGERPRINT_BYTES:
             tracked.head += raw[: FINGERPRINT_BYTES - len(tracked.head)]
         tracked.offset = end
+        pieces: list[bytes] = []
+        cut: dict[int, int] = {}
         if tracked.skipping:
             newline = raw.find(b"\n")
             if newline < 0:
+                tracked.skipped += len(raw)
                 return
-            tracked.skipping = False
+            # The cut line ends here: its head stands for it, with its real length.
+            cut[tracked.line + 1] = len(tracked.partial) + tracked.skipped + newline
+            pieces.append(tracked.partial)
+            tracked.partial, tracked.skipped, tracked.skipping = b"", 0, False
             raw = raw[newline + 1 :]
-        data = tracked.partial + raw
-        pieces = data.split(b"\n")
-        tracked.partial = pieces.pop()
-        cut: dict[int, int] = {}
+        lines = (tracked.partial + raw).split(b"\n")
+        tracked.partial = lines.pop()
+        pieces += lines
         if len(tracked.partial) > MAX_LINE_BYTES:
-            # Cut: the first MAX_LINE_BYTES stand for the line (unrecognised with the length
-            # seen so far), the rest is skipped up to its newline.
-            cut[tracked.line + len(pieces) + 1] = len(tracked.partial)
-            pieces.append(tracked.partial[:MAX_LINE_BYTES])
-            tracked.partial = b""
+            # Too long to hold: keep its first MAX_LINE_BYTES, read past the rest.
+            tracked.skipped = len(tracked.partial) - MAX_LINE_BYTES
+            tracked.partial = tracked.partial[:MAX_LINE_BYTES]
             tracked.skipping = True
         if tracked.fp_len < FINGERPRINT_BYTES:
             self._grow_fingerprint(tracked)

@@ -22,7 +22,8 @@ import polars as pl
 from preemptscope.analysis.analyze import DeploymentInputs, analyze
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Report, SourceSummary
-from preemptscope.ingest.schema import FRAME_SCHEMAS, LogFrames
+from preemptscope.ingest.reduce import LogReducer
+from preemptscope.ingest.schema import ARRIVALS, FRAME_SCHEMAS, JOINED, LogFrames
 from preemptscope.ingest.versions import v0_warns_preemption
 
 LOG = logging.getLogger("preemptscope.exporter.live")
@@ -147,6 +148,7 @@ class LiveState:
             k: float(v) for k, v in saved.get("counter_last", {}).items()
         }
         self._logs: dict[tuple[str, str], list[LogFrames]] = {}
+        self._reducers: dict[tuple[str, str], LogReducer] = {}
         # "deployment\tsource" -> vLLM version printed (the banner is read once, at the start)
         self._versions: dict[str, str] = {
             str(k): str(v) for k, v in saved.get("versions", {}).items()
@@ -205,6 +207,11 @@ class LiveState:
             for kind in UNUSED_KINDS:
                 if kind in frames.frames and frames.frames[kind].height:
                     frames.frames[kind] = frames.frames[kind].clear()
+            # Request lines go through the batch path's reducer: only open requests and one
+            # row per request are kept (ingest/reduce.py).
+            reducer = self._reducers.setdefault((name, frames.source), LogReducer())
+            frames, arrivals, joined = reducer.add(frames)
+            frames.arrivals, frames.joined = arrivals.drop("source"), joined.drop("source")
             self._logs.setdefault((name, frames.source), []).append(frames)
             self._dirty = True
             self._version += 1
@@ -399,6 +406,9 @@ def _prune_logs(batches: list[LogFrames], cutoff: datetime) -> LogFrames:
                 name,
                 getattr(merged.accounting, name) + getattr(batch.accounting, name),
             )
+        # Rows counted, not kept (the reducer's): totals since the start, as the line counts.
+        for kind, count in batch.summarized.items():
+            merged.summarized[kind] = merged.summarized.get(kind, 0) + count
     for kind in FRAME_SCHEMAS:
         parts = [b.frames[kind] for b in batches if kind in b.frames and b.frames[kind].height]
         if not parts:
@@ -413,6 +423,10 @@ def _prune_logs(batches: list[LogFrames], cutoff: datetime) -> LogFrames:
         else:
             frame = frame.tail(STICKY_ROWS)
         merged.frames[kind] = frame
+    for name, schema, column in (("arrivals", ARRIVALS, "timestamp"), ("joined", JOINED, "start")):
+        rows = [getattr(b, name) for b in batches if getattr(b, name) is not None]
+        kept = pl.concat(rows) if rows else pl.DataFrame(schema=schema)
+        setattr(merged, name, kept.filter(pl.col(column) >= cutoff).tail(MAX_ROWS_PER_KIND))
     return merged
 
 

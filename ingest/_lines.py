@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import polars as pl
 import regex
 from preemptscope.ingest import _reader
 from preemptscope.ingest import catalogue as cat
@@ -25,10 +26,13 @@ _FLAGS = regex.VERSION0
 # Linear time, whatever the line: no pattern here has a lazy run before another run or a
 # quantified group inside a quantified group; the envelope is found in steps (a wrapper at the
 # start, the first vLLM header by search, the process prefix by walking back from ` pid=`).
-ANSI_RE = regex.compile(cat.ANSI, _FLAGS)
-# Whether ANSI_RE can match at all (stdlib `re` scans for a literal start in C): `[[[[...`
-# lines skip the substitution, which tries every bracket.
-_ANSI_PROBE_RE = re.compile(r"#033\[|\^\[|\[[0-9]")
+# cat.ANSI_ESC then cat.ANSI_SGR (stdlib `re`, which skips to a literal start in C; the
+# `regex` module tried the optional prefix at every character: 8-14 ms a MB of ordinary
+# text, 170 ms on `[[[[`). Linear: `(?:;[0-9]{1,3})*` repeats after a `;` it must consume.
+_ANSI_ESC_RE = re.compile(cat.ANSI_ESC)
+_SGR = cat.ANSI_SGR_CORE
+_ANSI_SGR_RE = re.compile(rf"#033{_SGR}|\^\[{_SGR}|{_SGR}")  # cat.ANSI_SGR, literal first
+_ANSI_PROBE_RE = re.compile(_SGR)  # in every match of _ANSI_SGR_RE
 WRAPPER_RE = regex.compile(rf"^{cat.WRAPPER_TS}", _FLAGS)
 TIMESTAMP_RE = regex.compile(cat.TIMESTAMP, _FLAGS)
 # The header from its timestamp on (the level in front is checked by hand): searching the
@@ -61,6 +65,9 @@ FOREIGN_RES = [(env, regex.compile(env.pattern, _FLAGS)) for env in cat.FOREIGN_
 # beyond this is data nobody needs to parse (and no line costs more than this much work).
 RECORD_BUDGET = 64 * 1024
 STATS_BUDGET = 4096  # a stats record is a few hundred bytes; its fields come first
+# Real engine-config lines are 1-4 KB with the capacity keys in their first KB; the pairs
+# after 16 KiB are not read (a 256 KB config-like line cost 5,000 pairs per 64 KiB).
+CONFIG_BUDGET = 16 * 1024
 ROW_RES = [
     (row, regex.compile(row.pattern, _FLAGS))
     for row in cat.ALL_ROWS
@@ -160,9 +167,6 @@ def stats_fields(message: str) -> dict[str, Any]:
         era = "v1"
     gpu = _fraction(found["gpu_kv_cache_usage"])
     cpu = _fraction(found["cpu_kv_cache_usage"]) if era == "v0" else None
-    # Same steps as the vectorised path in logs.py, so both give the same `extra`.
-    rest = _commas(STATS_KNOWN_RE.sub("", message)).strip(" ,.")
-    extra = rest or None
     generation = _num(found["generation_throughput"])
     if generation is None:
         generation = _num(found["throughput_v01"])
@@ -195,8 +199,38 @@ def stats_fields(message: str) -> dict[str, Any]:
         "prefix_cache_hit_rate": _fraction(found["prefix_cache_hit_rate"]),
         "external_prefix_cache_hit_rate": _fraction(found["external_prefix_cache_hit_rate"]),
         "mm_cache_hit_rate": _fraction(found["mm_cache_hit_rate"]),
-        "extra": extra,
+        # The rest after the known fields: computed for a batch's rows at once (_fill_rests).
+        "extra": _Rest(message),
     }
+
+
+@dataclass(frozen=True)
+class _Rest:
+    """A stats record's text whose `extra` (what is left after the known fields) is due."""
+
+    text: str
+
+
+# Above this many bytes of stats text in one batch, Polars removes the known fields (one
+# call costs ~0.3 ms, then ~1 ns a byte); below, the `regex` module does (~5 us a record,
+# but its alternation of nine fields is tried at every position: ~280 ns a byte on digits).
+_REST_IN_POLARS = 32 * 1024
+
+
+def _fill_rests(out: Parsed) -> None:
+    """Set `extra` of the stats rows of `out`, with the vectorised path's steps, so both paths
+    give the same `extra`."""
+    rows = [row for row in out.rows.get("scheduler_stats", ()) if isinstance(row["extra"], _Rest)]
+    if not rows:
+        return
+    texts = [row["extra"].text for row in rows]
+    if sum(len(text) for text in texts) > _REST_IN_POLARS:
+        known = pl.Series(texts, dtype=pl.String).str.replace_all(cat.STATS_KNOWN_FIELDS, "")
+        rests = known.to_list()
+    else:
+        rests = [STATS_KNOWN_RE.sub("", text) for text in texts]
+    for row, rest in zip(rows, rests, strict=True):
+        row["extra"] = _commas(rest).strip(" ,.") or None
 
 
 def stats_complete(fields: dict[str, Any]) -> bool:
@@ -205,33 +239,56 @@ def stats_complete(fields: dict[str, Any]) -> bool:
 
 # `\b`: a key is tried once per word, not at every letter of it; quoted values are bounded,
 # so an unclosed quote costs 4 KiB, not the rest of the line, per key.
-_PAIR_RE = regex.compile(
+# stdlib `re` (findall 30 % faster than `regex` here; the same pattern, linear in both).
+_PAIR_RE = re.compile(
     r"\b(?P<key>[A-Za-z_]\w{0,80})="
     r"(?P<value>'(?:[^'\\]|\\.){0,4096}'|\"(?:[^\"\\]|\\.){0,4096}\"|\[[^\]]{0,4096}\]|[^,\s)]{1,4096})"
 )
+
+
+# The same for the `'key': value` items of a dict literal (non-default args). Not
+# ast.literal_eval of the whole payload: it costs ~0.45 us a byte (a file of such lines
+# 60x a log); only the value of a capacity key, short, is evaluated.
+_DICT_PAIR_RE = re.compile(
+    r"'(?P<key>[A-Za-z_]\w{0,80})': "
+    r"(?P<value>'(?:[^'\\]|\\.){0,4096}'|\"(?:[^\"\\]|\\.){0,4096}\"|\[[^\]]{0,4096}\]|[^,}\s]{1,4096})"
+)
+_EVAL_MAX = 1024
+
+
+def _dict_value(text: str) -> str:
+    """One value of a dict literal as str(): a one-item list as its item."""
+    if len(text) > _EVAL_MAX:
+        return text.strip("'\"")
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text.strip("'\"")
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    return str(value)
 
 
 def config_pairs(origin: str, payload: str) -> dict[str, str]:
     """Capacity settings out of `key=value, ...` lists or a Python dict literal."""
     values: dict[str, str] = {}
     if origin == "non_default_args":
-        try:
-            parsed = ast.literal_eval(payload.strip().rstrip("."))
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            parsed = None
-        if isinstance(parsed, dict):
-            for key, value in parsed.items():
-                if isinstance(key, str) and key in cat.CONFIG_KEYS:
-                    if isinstance(value, list) and len(value) == 1:
-                        value = value[0]
-                    values[cat.CONFIG_KEYS[key]] = str(value)
-            return values
-    for match in _PAIR_RE.finditer(payload):
-        key = match.group("key")
-        if key in cat.CONFIG_KEYS and cat.CONFIG_KEYS[key] not in values:
-            value = match.group("value").strip("'\"")
+        last: dict[str, str] = {}  # the last one wins, as in the dict; evaluated once
+        pairs = _DICT_PAIR_RE.findall(payload[:CONFIG_BUDGET])
+        for key, text in [pair for pair in pairs if pair[0] in cat.CONFIG_KEYS]:
+            name = cat.CONFIG_KEYS[key]
+            last.pop(name, None)  # keeps the dict's order of the last occurrences
+            last[name] = text
+        return {name: _dict_value(text) for name, text in last.items()}
+    # findall builds the (key, value) pairs in C and a comprehension drops the keys of no
+    # interest: a payload of 5,000 pairs took 8.5 ms per 64 KiB with Match objects.
+    pairs = _PAIR_RE.findall(payload[:CONFIG_BUDGET])
+    for key, value in [pair for pair in pairs if pair[0] in cat.CONFIG_KEYS]:
+        name = cat.CONFIG_KEYS[key]
+        if name not in values:
+            value = value.strip("'\"")
             if value not in ("None", ""):
-                values[cat.CONFIG_KEYS[key]] = value
+                values[name] = value
     return values
 
 
@@ -435,7 +492,7 @@ def _json_line(text: str) -> tuple[Env, str] | None:
     if not isinstance(obj, dict):
         return None
     if isinstance(obj.get("log"), str):
-        inner = ANSI_RE.sub("", obj["log"]).rstrip("\r\n")
+        inner = strip_ansi(obj["log"]).rstrip("\r\n")
         nested = _json_line(inner) if inner.startswith("{") else None
         env, message = nested if nested is not None else _envelope(inner)
         if isinstance(obj.get("time"), str) and env.wts is None:
@@ -609,12 +666,17 @@ def _segments(text: str) -> list[str]:
     A cut is made only after a complete record of a kind in _GLUE_AFTER with a known
     envelope; the first segment that is anything else runs to the end of the line.
     """
-    starts = [_record_start(text, m.start()) for m in HEADER_CORE_RE.finditer(text)]
-    if len(starts) <= 1:
+    # Lazily: a request line full of fake headers ends at its first one (a prompt of
+    # back-to-back headers cost a _record_start per header before).
+    headers = HEADER_CORE_RE.finditer(text)
+    first = next(headers, None)
+    # Every header ends in `] `: without one after the first, no scan of the rest.
+    if first is None or text.find("] ", first.end()) < 0:
         return [text]
     segments: list[str] = []
     begin = 0
-    for cut in starts[1:]:
+    for header in headers:
+        cut = _record_start(text, header.start())
         head = text[begin:cut]
         env, _message, found = _record(head)
         if not env.known or found is None or found[0] not in _GLUE_AFTER:
@@ -700,18 +762,34 @@ def clean(text: str) -> str:
     text = text.rstrip("\n").rstrip("\r")
     if "\r" in text:
         # tqdm redraws: the log record is what follows the last carriage return that has one.
-        parts = text.split("\r")
-        found = next((p for p in reversed(parts) if HEADER_CORE_RE.search(p)), None)
-        if found is None:
+        # The part holding the last header (no header spans a `\r`), found in one scan: a
+        # search per part cost a Python step per `\r` (170 ns a byte on `\r]\r]...`).
+        last = None
+        for last in HEADER_CORE_RE.finditer(text) if "] " in text else ():  # noqa: B007
+            pass  # the last one is wanted
+        if last is not None:
+            at = last.start()
+            end = text.find("\r", at)
+            found = text[text.rfind("\r", 0, at) + 1 : end if end >= 0 else len(text)]
+        else:
             # No record: the last redraw, behind the process prefix the line started with.
-            wrapper = WRAPPER_RE.match(parts[0])
-            first = parts[0][wrapper.end() if wrapper is not None else 0 :]
-            lead = len(parts[0]) - len(first.lstrip())
-            head = _PROCESS_AT_RE.match(parts[0], lead)
-            found = parts[0][: head.end()] + parts[-1] if head is not None else parts[-1]
+            start, final = text[: text.find("\r")], text[text.rfind("\r") + 1 :]
+            wrapper = WRAPPER_RE.match(start)
+            first = start[wrapper.end() if wrapper is not None else 0 :]
+            lead = len(start) - len(first.lstrip())
+            head = _PROCESS_AT_RE.match(start, lead)
+            found = start[: head.end()] + final if head is not None else final
         text = found
-    if "\x1b" in text or ("[" in text and _ANSI_PROBE_RE.search(text) is not None):
-        text = ANSI_RE.sub("", text)
+    return strip_ansi(text)
+
+
+def strip_ansi(text: str) -> str:
+    """The text without ANSI colour codes (with ESC, with the ESC lost, journald's `#033[`)."""
+    if "\x1b" in text:
+        text = _ANSI_ESC_RE.sub("", text)
+    # The probe first: it starts with a literal (a fast scan); the three-way sub does not.
+    if "[" in text and _ANSI_PROBE_RE.search(text) is not None:
+        text = _ANSI_SGR_RE.sub("", text)
     return text
 
 
@@ -826,6 +904,7 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
                 _repeat_rows(out, before, times)
         else:
             out.unrecognized.append((line, raw.rstrip("\r\n"), NO_FORMAT))
+    _fill_rests(out)
     return out
 
 

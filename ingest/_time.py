@@ -292,20 +292,6 @@ def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
     timestamps are all distinct: the usual `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` form is cut and
     parsed directly, only other forms go through the general RFC3339 path.
     """
-    frame = frame.join(years.select("line", "_year"), on="line", how="left").with_row_index("_row")
-    local_text = pl.concat_str(
-        [
-            pl.col("_year").cast(pl.String).str.zfill(4),
-            pl.lit("-"),
-            pl.col("_mon"),
-            pl.lit("-"),
-            pl.col("_day"),
-            pl.lit(" "),
-            pl.col("_hms"),
-        ]
-    )
-    absolute = pl.col("_ats").str.replace(",", ".", literal=True)
-    local = pl.coalesce(absolute, local_text)
 
     def local_utc(text: pl.Expr) -> pl.Expr:
         return (
@@ -322,16 +308,60 @@ def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
         .str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", strict=False, time_unit="us")
         .dt.replace_time_zone("UTC")
     )
-    if frame.height <= SMALL_FRAME:
-        # A live batch: parse every row in one query (the same values, fewer queries).
-        frame = frame.with_columns(local.alias("_local"), local_utc(local), zulu.alias("_wrapper"))
-    else:
-        frame = frame.with_columns(local.alias("_local"))
-        distinct = frame.select(pl.col("_local").unique()).with_columns(local_utc(pl.col("_local")))
-        frame = frame.join(
-            distinct, on="_local", how="left", nulls_equal=True, maintain_order="left"
+    one_year = years["_year"].unique()
+    if (
+        frame.height > SMALL_FRAME
+        and one_year.len() == 1
+        and one_year.null_count() == 0
+        and frame["_ats"].null_count() == frame.height
+    ):
+        # The usual batch: one year, no JSON times. Each distinct (month, day, time) is parsed
+        # once and joined back on its parts: no join on the line, no string per row. Rows with
+        # a time of their own (`_mon`) are exactly those `years` holds.
+        year = int(one_year[0])
+        parts = ["_mon", "_day", "_hms"]
+        text = pl.concat_str(
+            [pl.lit(f"{year:04d}-"), pl.col("_mon"), pl.lit("-"), pl.col("_day"), pl.lit(" "),
+             pl.col("_hms")]
+        )  # fmt: skip
+        distinct = (
+            frame.filter(pl.col("_mon").is_not_null())
+            .select(parts)
+            .unique()
+            .with_columns(local_utc(text))
         )
-        frame = frame.with_columns(zulu.alias("_wrapper"))
+        frame = frame.join(distinct, on=parts, how="left", nulls_equal=True, maintain_order="left")
+        frame = frame.with_row_index("_row").with_columns(zulu.alias("_wrapper"))
+    else:
+        frame = frame.join(years.select("line", "_year"), on="line", how="left")
+        frame = frame.with_row_index("_row")
+        local_text = pl.concat_str(
+            [
+                pl.col("_year").cast(pl.String).str.zfill(4),
+                pl.lit("-"),
+                pl.col("_mon"),
+                pl.lit("-"),
+                pl.col("_day"),
+                pl.lit(" "),
+                pl.col("_hms"),
+            ]
+        )
+        absolute = pl.col("_ats").str.replace(",", ".", literal=True)
+        local = pl.coalesce(absolute, local_text)
+        if frame.height <= SMALL_FRAME:
+            # A live batch: parse every row in one query (the same values, fewer queries).
+            frame = frame.with_columns(
+                local.alias("_local"), local_utc(local), zulu.alias("_wrapper")
+            )
+        else:
+            frame = frame.with_columns(local.alias("_local"))
+            distinct = frame.select(pl.col("_local").unique()).with_columns(
+                local_utc(pl.col("_local"))
+            )
+            frame = frame.join(
+                distinct, on="_local", how="left", nulls_equal=True, maintain_order="left"
+            )
+            frame = frame.with_columns(zulu.alias("_wrapper"))
     general_rows = frame["_wrapper"].is_null() & frame["_wts"].is_not_null()
     if general_rows.any():
         other = frame.filter(general_rows)

@@ -98,7 +98,16 @@ UVICORN = (
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+"
 )
 # ANSI colour codes, also with the ESC byte lost (`[1;36m`) or rendered by journald (`#033[`).
-ANSI = r"(?:\x1b|#033|\^\[)?\[[0-9]{1,3}(?:;[0-9]{1,3})*m|\x1b\[[0-9;]*[A-Za-z]"
+# Removed in two passes, escape sequences first, then the colour forms without ESC: each
+# pattern starts with a literal, so an engine skips to its candidates; as one alternation
+# (with an optional prefix) a line of `[` runs cost ~45 ns a byte in Polars (every `[` a
+# candidate of both halves), 0.5 ns in two passes. The one difference with a single pass: a
+# colour code split by an escape sequence (`[1` ESC`[0m` `m`), which no terminal writes,
+# is removed too.
+ANSI_ESC = r"\x1b\[[0-9;]*[A-Za-z]"
+ANSI_SGR_CORE = r"\[[0-9]{1,3}(?:;[0-9]{1,3})*m"
+ANSI_SGR = rf"(?:#033|\^\[)?{ANSI_SGR_CORE}"
+ANSI = rf"{ANSI_SGR}|{ANSI_ESC}"  # what the two passes remove, as one pattern
 ANSI_PROBE = r"\x1b|#033\[|\[[0-9]{1,3}(?:;[0-9]{1,3})*m"
 
 

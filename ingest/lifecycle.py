@@ -16,60 +16,102 @@ Rules:
   reuses ids "0", "1", ... in each process).
 * records without a timestamp cannot be placed and are left out; the resolution is the log's
   (1 s for the classic `MM-DD HH:MM:SS` header, ms for JSON logs).
+
+Two ways in, one set of rules: `latencies_from_requests` over a whole `requests` frame, and
+`RequestJoin`, which `report` and `serve` feed chunk by chunk so that no request row is kept.
+The join holds only the events of requests still open; it settles a request when it finishes,
+when its id starts again, or when nothing of it was logged for `HORIZON` of log time, and
+keeps at most `MAX_OPEN` open requests (the oldest settle first). It gives two compact
+frames: ARRIVALS (every request's start, when it starts) and JOINED (start and e2e, when it
+settles). The difference from one go: an end logged more than an hour after the request's
+previous line is not joined to it.
 """
 
 from __future__ import annotations
 
-import polars as pl
-from preemptscope.ingest.schema import REQUEST_LATENCIES
+from collections.abc import Sequence
+from datetime import timedelta
 
-__all__ = ["latencies_from_requests"]
+import polars as pl
+from preemptscope.ingest import schema
+from preemptscope.ingest.schema import REQUEST_LATENCIES, TIMESTAMP, LogFrames
+
+__all__ = [
+    "ARRIVALS",
+    "JOINED",
+    "RequestJoin",
+    "latencies_from_requests",
+    "log_arrivals",
+    "log_latencies",
+]
 
 _STARTS = ["received", "added"]
 _TERMINAL = ["finished", "aborted", "failed"]
 _GROUP = ["deployment", "key", "session"]
 
+# A request with no line for this long (log time) is settled: its end, if any, came.
+HORIZON = timedelta(hours=1)
+# Open requests kept at most (starts-only logs open one per request and never close it).
+MAX_OPEN = 100_000
 
-def _fold_ids(events: pl.DataFrame) -> pl.DataFrame:
-    """Add `key`: the id as the frontend logged it (see module doc)."""
-    received = events.filter(pl.col("event") == "received")["request_id"]
-    reference = (
-        received if received.len() else events.filter(pl.col("event") != "added")["request_id"]
-    )
-    known = reference.unique().implode()
-    # Each shortened id is computed once (as a column), not once per use in the choice below.
-    one = pl.col("request_id").str.replace(r"-[^-]+$", "")
-    two = pl.col("_one").str.replace(r"-[^-]+$", "")
-    key = (
-        pl.when(pl.col("request_id").is_in(known))
-        .then(pl.col("request_id"))
-        .when(pl.col("_one").is_in(known))
-        .then(pl.col("_one"))
-        .when(pl.col("_two").is_in(known))
-        .then(pl.col("_two"))
-        .otherwise(pl.col("request_id"))
-    )
+# What the join emits: ARRIVALS and JOINED rows (ingest/schema.py) with the `source` they
+# are in (one join reads all the files of a deployment).
+ARRIVALS = pl.Schema({"source": pl.String(), **schema.ARRIVALS})
+JOINED = pl.Schema({"source": pl.String(), **schema.JOINED})
+_EVENT_COLUMNS = ["source", "line", "pid", "deployment", "timestamp", "event", "request_id"]
+
+
+def _events(requests: pl.DataFrame) -> pl.DataFrame:
+    """One row per (event, id): `Aborted request(s) a,b.` stands for each id."""
     return (
-        events.with_columns(_one=one)
-        .with_columns(_two=two)
-        .with_columns(key=key)
-        .drop("_one", "_two")
-    )
-
-
-def latencies_from_requests(requests: pl.DataFrame) -> pl.DataFrame:
-    """REQUEST_LATENCIES rows (origin "log_lifecycle") for requests with both ends logged."""
-    events = (
         requests.filter(pl.col("timestamp").is_not_null() & pl.col("request_id").is_not_null())
         .with_columns(pl.col("request_id").str.split(","))
         .explode("request_id")
         .with_columns(pl.col("request_id").str.strip_chars().str.strip_chars_end("."))
         .filter(pl.col("request_id") != "")
-        .select("source", "line", "deployment", "timestamp", "event", "request_id")
+        .select(_EVENT_COLUMNS)
     )
-    if events.is_empty():
-        return pl.DataFrame(schema=REQUEST_LATENCIES)
-    events = _fold_ids(events).sort(["deployment", "key", "timestamp", "line"])
+
+
+def _fold_ids(
+    events: pl.DataFrame, received: bool | None = None, known_before: pl.Series | None = None
+) -> pl.DataFrame:
+    """Add `key`: the id as the frontend logged it (see module doc).
+
+    `received`: whether the stream has `Received` lines at all (default: whether `events` has);
+    `known_before`: ids of earlier batches that count as known (RequestJoin).
+    """
+    is_received = events["event"] == "received"
+    has_received = bool(is_received.any()) if received is None else received
+    reference = (
+        events.filter(is_received)["request_id"]
+        if has_received
+        else events.filter(pl.col("event") != "added")["request_id"]
+    )
+    if known_before is not None and known_before.len():
+        reference = pl.concat([reference, known_before])
+    known = reference.unique().implode()
+    ids = events["request_id"]
+    unknown = (~events.select(pl.col("request_id").is_in(known)).to_series()).arg_true()
+    if unknown.len() == 0:
+        return events.with_columns(key=ids)
+    # The shortened spellings only for the ids not known as they are (most are): the regex is
+    # what costs here, and a when/then would run it on every row.
+    one = ids.gather(unknown).str.replace(r"-[^-]+$", "")
+    two = one.str.replace(r"-[^-]+$", "")
+    folded = pl.select(
+        pl.when(one.is_in(known))
+        .then(one)
+        .when(two.is_in(known))
+        .then(two)
+        .otherwise(ids.gather(unknown))
+    ).to_series()
+    return events.with_columns(key=ids.scatter(unknown, folded))
+
+
+def _numbered(events: pl.DataFrame) -> pl.DataFrame:
+    """Keyed events (_fold_ids) sorted by request, with `session` numbering its requests."""
+    events = events.sort(["deployment", "key", "timestamp", "line"])
     is_start = pl.col("event").is_in(_STARTS)
     # Sorted by request: the previous row is the same request's previous event unless the
     # (deployment, key) changes there. Comparing neighbours instead of two window functions
@@ -81,33 +123,120 @@ def latencies_from_requests(requests: pl.DataFrame) -> pl.DataFrame:
     opens = is_start & ~previous_is_start.fill_null(False)
     # A running count of opens numbers the sessions; it only needs to tell the sessions of one
     # request apart, since (deployment, key) is part of the group.
-    events = events.with_columns(session=opens.cast(pl.Int64).cum_sum())
+    return events.with_columns(session=opens.cast(pl.Int64).cum_sum())
+
+
+def _sessions(events: pl.DataFrame) -> pl.DataFrame:
+    """Per request (deployment, key, session) of _numbered events: first start, ends, last.
+
+    `later` says another request with the same key opens after this one in `events` (so this
+    one's end, if any, is in `events`); `old` that its start was carried (RequestJoin).
+    """
+    is_start = pl.col("event").is_in(_STARTS)
 
     def first_time(kinds: list[str]) -> pl.Expr:
         return pl.col("timestamp").filter(pl.col("event").is_in(kinds)).min()
 
+    # The first start line in time order (rows are sorted by time within a request).
     sessions = events.group_by(_GROUP).agg(
         start=first_time(_STARTS),
         source=pl.col("source").filter(is_start).first(),
+        line=pl.col("line").filter(is_start).first(),
+        pid=pl.col("pid").filter(is_start).first(),
         finished=first_time(["finished"]),
         generated=pl.col("timestamp").filter(pl.col("event") == "generated").max(),
         stopped=first_time(["aborted", "failed"]),
+        last=pl.col("timestamp").max(),
+        old=pl.col("_old").filter(is_start).any() if "_old" in events.columns else pl.lit(False),
     )
+    later = pl.col("session").max().over(["deployment", "key"]) > pl.col("session")
+    return sessions.with_columns(later=later)
+
+
+def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Sessions of the ids that are one request (every start before every other line), without
+    sorting the events, and the (deployment, key) of the others, for `_numbered`.
+
+    Most ids are one request: this is the fast path of the streaming join.
+    """
+    is_start = pl.col("event").is_in(_STARTS)
+    ts = pl.col("timestamp")
+
+    def when(condition: pl.Expr) -> pl.Expr:
+        return pl.when(condition).then(ts)
+
+    # Per-row columns first, plain aggregations after: filters inside an aggregation are
+    # evaluated group by group, which is what costs on millions of requests.
+    # (time, line) as one number: the order `_numbered` sorts by.
+    rank = pl.col("timestamp").dt.epoch("us").cast(pl.Int128) * (1 << 40) + pl.col("line")
+    first = pl.col("_sr").arg_min()  # the earliest start in (time, line) order
+    groups = (
+        events.with_columns(
+            _s=when(is_start),
+            _sr=pl.when(is_start).then(rank),
+            _or=pl.when(~is_start).then(rank),
+            _f=when(pl.col("event") == "finished"),
+            _g=when(pl.col("event") == "generated"),
+            _x=when(pl.col("event").is_in(["aborted", "failed"])),
+            _so=is_start & pl.col("_old"),
+        )
+        .group_by(["deployment", "key"])
+        .agg(
+            start=pl.col("_s").min(),
+            source=pl.col("source").get(first),
+            line=pl.col("line").get(first),
+            pid=pl.col("pid").get(first),
+            finished=pl.col("_f").min(),
+            generated=pl.col("_g").max(),
+            stopped=pl.col("_x").min(),
+            last=ts.max(),
+            old=pl.col("_so").any(),
+            _last_start=pl.col("_sr").max(),
+            _first_other=pl.col("_or").min(),
+        )
+    )
+    tangled = pl.col("start").is_not_null() & (pl.col("_last_start") >= pl.col("_first_other"))
+    simple = groups.filter(~tangled.fill_null(False)).with_columns(
+        session=pl.lit(0, pl.Int64), later=pl.lit(False)
+    )
+    others = groups.filter(tangled.fill_null(False)).select("deployment", "key")
+    return simple.drop("_last_start", "_first_other"), others
+
+
+def _joined(sessions: pl.DataFrame) -> pl.DataFrame:
+    """Sessions with both ends: start, e2e and success (the rules of the module doc)."""
     end = pl.coalesce("finished", "generated", "stopped")
-    rows = (
+    return (
         sessions.with_columns(
             end=end, success=pl.col("finished").is_not_null() | pl.col("generated").is_not_null()
         )
         .filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
         .filter(pl.col("end") >= pl.col("start"))
-        .sort(["deployment", "start", "key"])
+        .with_columns(
+            e2e=(pl.col("end") - pl.col("start")).dt.total_microseconds() / 1e6,
+        )
     )
+
+
+def latencies_from_requests(requests: pl.DataFrame) -> pl.DataFrame:
+    """REQUEST_LATENCIES rows (origin "log_lifecycle") for requests with both ends logged."""
+    events = _events(requests)
+    if events.is_empty():
+        return pl.DataFrame(schema=REQUEST_LATENCIES)
+    rows = _joined(_sessions(_numbered(_fold_ids(events)))).sort(["deployment", "start", "key"])
+    return _as_latencies(rows, pl.col("source"), pl.col("deployment"), pl.col("key"))
+
+
+def _as_latencies(
+    rows: pl.DataFrame, source: pl.Expr, deployment: pl.Expr, rid: pl.Expr
+) -> pl.DataFrame:
+    """Joined rows (start, e2e, success) as REQUEST_LATENCIES (origin "log_lifecycle")."""
     return rows.select(
-        pl.col("source"),
-        pl.col("deployment"),
-        pl.col("key").alias("request_id"),
+        source.alias("source"),
+        deployment.alias("deployment"),
+        rid.alias("request_id"),
         pl.col("start"),
-        ((pl.col("end") - pl.col("start")).dt.total_microseconds() / 1e6).alias("e2e"),
+        pl.col("e2e"),
         pl.lit(None, pl.Float64).alias("ttft"),
         pl.lit(None, pl.Float64).alias("tpot"),
         pl.lit(None, pl.Int64).alias("prompt_tokens"),
@@ -115,3 +244,139 @@ def latencies_from_requests(requests: pl.DataFrame) -> pl.DataFrame:
         pl.col("success"),
         pl.lit("log_lifecycle").alias("origin"),
     ).cast(REQUEST_LATENCIES)
+
+
+def log_latencies(logs: Sequence[LogFrames]) -> pl.DataFrame:
+    """REQUEST_LATENCIES rows of a deployment's logs: reduced ones' JOINED rows (ids are not
+    kept there), and the others' request rows joined in one go."""
+    parts = [
+        _as_latencies(
+            lf.joined,
+            pl.lit(lf.source, pl.String),
+            pl.lit(lf.deployment, pl.String),
+            pl.lit(None, pl.String),
+        )
+        for lf in logs
+        if lf.joined is not None and lf.joined.height
+    ]
+    rows = [lf["requests"] for lf in logs if not lf.reduced and lf["requests"].height]
+    if rows:
+        parts.append(latencies_from_requests(pl.concat(rows, how="vertical_relaxed")))
+    if not parts:
+        return pl.DataFrame(schema=REQUEST_LATENCIES)
+    return pl.concat(parts).sort("deployment", "start", maintain_order=True)
+
+
+def log_arrivals(logs: Sequence[LogFrames]) -> pl.Series:
+    """When each request of a deployment's logs started (sorted), by the same rules."""
+    parts = [lf.arrivals["timestamp"] for lf in logs if lf.arrivals is not None]
+    rows = [lf["requests"] for lf in logs if not lf.reduced and lf["requests"].height]
+    if rows:
+        join = RequestJoin()
+        first, _ = join.add(pl.concat(rows, how="vertical_relaxed").sort("timestamp", "line"))
+        rest, _ = join.close()
+        parts += [first["timestamp"], rest["timestamp"]]
+    if not parts:
+        return pl.Series("timestamp", [], dtype=TIMESTAMP)
+    return pl.concat(parts).sort()
+
+
+class RequestJoin:
+    """Join one deployment's request lines as they stream in (see the module doc).
+
+    `add(requests)` takes the next rows (REQUESTS, in line order within a file; files in time
+    order) and returns (ARRIVALS, JOINED) rows settled by them; `close()` settles the rest.
+    """
+
+    def __init__(self, *, horizon: timedelta = HORIZON, max_open: int = MAX_OPEN) -> None:
+        self._horizon = horizon
+        self._max_open = max_open
+        self._open = pl.DataFrame(
+            schema={**_event_schema(), "key": pl.String(), "_old": pl.Boolean()}
+        )
+        # Ids seen lately (the last HORIZON, at most MAX_OPEN): a suffixed spelling of an id
+        # folds onto it even when its request settled in an earlier batch.
+        self._recent = pl.DataFrame(schema={"request_id": pl.String(), "timestamp": TIMESTAMP})
+        self._received = False
+        self.evicted = 0  # requests settled early because MAX_OPEN were open
+        self.open_requests = 0
+
+    def add(self, requests: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        fresh = _events(requests)
+        if fresh.is_empty():
+            return _empty_out()
+        newest = fresh["timestamp"].max()
+        self._received = self._received or bool((fresh["event"] == "received").any())
+        self._remember(fresh, newest)
+        keyed = _fold_ids(fresh, self._received, self._recent["request_id"]).with_columns(
+            _old=pl.lit(False)
+        )
+        return self._settle(pl.concat([self._open, keyed]), newest)
+
+    def close(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Settle every open request (the end of the input)."""
+        if self._open.is_empty():
+            return _empty_out()
+        events, self._open = self._open, self._open.clear()
+        return self._settle(events, None)
+
+    def _remember(self, fresh: pl.DataFrame, newest: object) -> None:
+        kinds = (
+            ["received"]
+            if self._received
+            else ["received", "finished", "aborted", "failed", "generated"]
+        )
+        seen = fresh.filter(pl.col("event").is_in(kinds)).select("request_id", "timestamp")
+        cutoff = newest - self._horizon  # type: ignore[operator]
+        self._recent = (
+            pl.concat([self._recent, seen])
+            .filter(pl.col("timestamp") >= cutoff)
+            .tail(self._max_open)
+        )
+
+    def _settle(self, events: pl.DataFrame, newest: object) -> tuple[pl.DataFrame, pl.DataFrame]:
+        simple, tangled = _quick_sessions(events)
+        numbered = _numbered(events.join(tangled, on=["deployment", "key"], how="semi"))
+        sessions = pl.concat([simple, _sessions(numbered)], how="diagonal_relaxed")
+        if newest is None:
+            done = pl.lit(True)
+        else:
+            cutoff = newest - self._horizon  # type: ignore[operator]
+            done = pl.col("finished").is_not_null() | pl.col("later") | (pl.col("last") < cutoff)
+        sessions = sessions.with_columns(_done=done)
+        still = sessions.filter(~pl.col("_done"))
+        if still.height > self._max_open:
+            # The oldest open requests settle first: memory stays bounded on starts-only logs.
+            oldest = still.sort("last").head(still.height - self._max_open)
+            self.evicted += oldest.height
+            marks = oldest.select(*_GROUP, _evict=pl.lit(True))
+            sessions = sessions.join(marks, on=_GROUP, how="left").with_columns(
+                _done=pl.col("_done") | pl.col("_evict").fill_null(False)
+            )
+            still = sessions.filter(~pl.col("_done"))
+        arrivals = sessions.filter(pl.col("start").is_not_null() & ~pl.col("old")).select(
+            "source", "line", "pid", pl.col("start").alias("timestamp")
+        )
+        joined = _joined(sessions.filter(pl.col("_done"))).select(list(JOINED))
+        self.open_requests = still.height
+        keep = [*_EVENT_COLUMNS, "key", "_old"]
+        open_simple = still.filter(pl.col("session") == 0).select("deployment", "key")
+        self._open = pl.concat(
+            [
+                events.join(open_simple, on=["deployment", "key"], how="semi")
+                .join(tangled, on=["deployment", "key"], how="anti")
+                .select(keep),
+                numbered.join(still.select(*_GROUP), on=_GROUP, how="semi").select(keep),
+            ]
+        ).with_columns(_old=pl.lit(True))
+        return arrivals.cast(ARRIVALS), joined.cast(JOINED)
+
+
+def _event_schema() -> dict[str, pl.DataType]:
+    from preemptscope.ingest.schema import REQUESTS
+
+    return {name: REQUESTS[name] for name in _EVENT_COLUMNS}
+
+
+def _empty_out() -> tuple[pl.DataFrame, pl.DataFrame]:
+    return pl.DataFrame(schema=ARRIVALS), pl.DataFrame(schema=JOINED)

@@ -59,6 +59,11 @@ __all__ = [
 
 YEAR_RANGE = (1970, 2100)  # years --year and --start accept
 
+# The bulky kinds, extracted only when asked for (the others are always extracted).
+ALL_KINDS = frozenset({"requests", "access", "other"})
+SUMMARY = frozenset[str]()  # `parse --json`: counted only
+REDUCED = frozenset({"requests"})  # `report`: request lines feed the join (ingest/reduce.py)
+
 
 @dataclass(frozen=True)
 class ParseOptions:
@@ -257,7 +262,7 @@ def _parse_series(
     options: ParseOptions,
     state: ParseState,
     final: bool,
-    want_all: bool,
+    keep: frozenset[str],
     limits: ReadLimits,
     cut: Mapping[int, int] | None = None,
 ) -> LogFrames:
@@ -265,13 +270,15 @@ def _parse_series(
         first_line = state.pending[0][0]
         raw = pl.concat([pl.Series("raw", [t for _, t in state.pending], dtype=pl.String), raw])
         state.pending = []
-    if not final and raw.len() and _held_back(raw[-1]):
+    # A line the follower cut is no wrap half (and held back, it would lose its cut length).
+    cut_last = raw.len() > 0 and first_line + raw.len() - 1 in (cut or {})
+    if not final and raw.len() and not cut_last and _held_back(raw[-1]):
         state.pending = [(first_line + raw.len() - 1, raw[-1])]
         raw = raw.head(raw.len() - 1)
     previous = state.last_raw
     if raw.len():
         state.last_raw = raw[-1]
-    batch = _route(raw, first_line, previous, want_all, max_line=limits.max_line_bytes, cut=cut)
+    batch = _route(raw, first_line, previous, keep, max_line=limits.max_line_bytes, cut=cut)
     return _finish(batch, source=source, deployment=deployment, options=options, state=state)
 
 
@@ -307,7 +314,7 @@ def parse_lines(
         options=options,
         state=own_state,
         final=is_final,
-        want_all=True,
+        keep=ALL_KINDS,
         limits=limits or ReadLimits.from_env(),
         cut=cut_lengths,
     )
@@ -330,10 +337,10 @@ def _options_for(path: str, options: ParseOptions) -> ParseOptions:
     )
 
 
-def _route_chunk(block: Block, previous: str | None, want_all: bool, max_line: int) -> _Batch:
+def _route_chunk(block: Block, previous: str | None, keep: frozenset[str], max_line: int) -> _Batch:
     # Lines are numbered from 1 in each block; `cut` holds 0-based indexes.
     cut = {index + 1: real for index, real in block.cut.items()}
-    return _route(split_lines(block.view), 1, previous, want_all, max_line=max_line, cut=cut)
+    return _route(split_lines(block.view), 1, previous, keep, max_line=max_line, cut=cut)
 
 
 def iter_parse_path(
@@ -343,6 +350,7 @@ def iter_parse_path(
     options: ParseOptions = ParseOptions(),
     chunk_bytes: int = CHUNK_BYTES,
     summary_only: bool = False,
+    keep: frozenset[str] | None = None,
     progress: Callable[[int], None] | None = None,
     workers: int | None = None,
     limits: ReadLimits | None = None,
@@ -353,7 +361,8 @@ def iter_parse_path(
     _reader.safe_cut), so they are routed and extracted independently, `workers` at a time
     (Polars releases the GIL); timestamps are resolved in order in this thread.
     With `summary_only`, requests/access/other rows are counted (LogFrames.summarized) but
-    not extracted: what `parse --json` needs, at a fraction of the cost.
+    not extracted: what `parse --json` needs, at a fraction of the cost; `keep` names the
+    bulky kinds to extract (default: all, or none with `summary_only`).
     `progress` is called with the number of bytes of each chunk read. `limits` (default
     ReadLimits.from_env()) bound a line, an endless input and a .gz input (docs/frames.md).
     """
@@ -382,13 +391,14 @@ def iter_parse_path(
         next_line += batch.accounting.lines
         return frames
 
+    wanted = keep if keep is not None else SUMMARY if summary_only else ALL_KINDS
     with ThreadPoolExecutor(max_workers=threads) as pool:
         read_limits = limits or ReadLimits.from_env()
         max_line = read_limits.max_line_bytes
         for block in iter_blocks(name, chunk_bytes, _lines.may_continue, read_limits):
             if progress is not None:
                 progress(len(block.view))
-            in_flight.append(pool.submit(_route_chunk, block, previous, not summary_only, max_line))
+            in_flight.append(pool.submit(_route_chunk, block, previous, wanted, max_line))
             previous = last_line(block.view)
             while len(in_flight) > threads:
                 yield finish(in_flight.popleft())

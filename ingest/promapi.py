@@ -229,6 +229,17 @@ class PromClient:
             target = span * POINTS_PER_SERIES * 0.9 / densest if densest else span * 4
             chunk = min(max(MIN_CHUNK_S, target), span * 4, 7 * 86400.0)
 
+    def range_query(self, query: str, first: float, last: float, step: float) -> RawSamples:
+        """`query` evaluated at first, first + step, ..., last (epoch seconds): /api/v1/query_range.
+
+        The caller keeps (last - first) / step under POINTS_PER_SERIES and the answer small.
+        """
+        params = [("query", query), ("start", f"{first:.3f}"), ("end", f"{last:.3f}"),
+                  ("step", f"{step:.3f}")]  # fmt: skip
+        body = self._checked(lambda: self.get_bytes("/api/v1/query_range", params))
+        labels, samples = _matrix(body, self.url)
+        return RawSamples(labels, samples)
+
     def _raw_chunk(self, selector: str, lo: float, hi: float) -> RawSamples:
         span_ms = max(1, math.ceil((hi - lo) * 1000))
         params = [("query", f"{selector}[{span_ms}ms]"), ("time", f"{hi:.3f}")]
@@ -422,7 +433,7 @@ def _matrix(body: bytes, url: str) -> tuple[list[dict[str, str]], pl.DataFrame]:
             elif item.get("values") is not None and item["values"] != position:
                 raise KeyError("values")
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise PrometheusError(url, "expected a matrix answer from /api/v1/query") from None
+        raise PrometheusError(url, "expected a matrix answer from the query API") from None
     text = b"\n".join(b for b in blocks if b)
     schema = {"series": pl.Int64, "t": pl.Float64, "v": pl.Float64}
     if not text:

@@ -160,6 +160,20 @@ REQUEST_LATENCIES = pl.Schema(
     }
 )
 
+# What `report` and `serve` keep of request lines instead of the rows (ingest/reduce.py):
+# one row per request, at its first start line (`line`, `pid`: to split a file two servers
+# wrote to). ARRIVALS: every request that started; JOINED: those whose end was logged too.
+ARRIVALS = pl.Schema({"line": pl.Int64(), "pid": pl.Int32(), "timestamp": TIMESTAMP})
+JOINED = pl.Schema(
+    {
+        "line": pl.Int64(),
+        "pid": pl.Int32(),
+        "start": TIMESTAMP,
+        "e2e": pl.Float64(),  # seconds
+        "success": pl.Boolean(),
+    }
+)
+
 FRAME_SCHEMAS: dict[str, pl.Schema] = {
     "preemption_warning": PREEMPTION_WARNING,
     "scheduler_stats": SCHEDULER_STATS,
@@ -216,6 +230,14 @@ class LogFrames:
     # Rows recognised but not extracted, per kind (only when parsed with summary_only=True:
     # requests, access and other are then counted, not materialised).
     summarized: dict[str, int] = field(default_factory=dict)
+    # Reduced while reading (ingest/reduce.py): the requests as ARRIVALS and JOINED rows, and
+    # `frames["requests"]` holds only the rows that mark activity. None: not reduced.
+    arrivals: pl.DataFrame | None = None
+    joined: pl.DataFrame | None = None
+
+    @property
+    def reduced(self) -> bool:
+        return self.arrivals is not None
 
     def __getitem__(self, kind: str) -> pl.DataFrame:
         return self.frames[kind]
@@ -246,3 +268,7 @@ class LogFrames:
         self.year_source = self.year_source or other.year_source
         for kind, count in other.summarized.items():
             self.summarized[kind] = self.summarized.get(kind, 0) + count
+        for name in ("arrivals", "joined"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if theirs is not None:
+                setattr(self, name, theirs if mine is None else pl.concat([mine, theirs]))

@@ -22,6 +22,7 @@ from rich.table import Table
 from preemptscope.analysis import latency
 from preemptscope.analysis.analyze import DeploymentInputs
 from preemptscope.analysis.events import RESTART_COUNTERS
+from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Report, SourceSummary, Window
 from preemptscope.analysis.windows import (
     M_GENERATION_TOKENS,
@@ -33,19 +34,30 @@ from preemptscope.analysis.windows import (
     M_WAITING_BY_REASON,
 )
 from preemptscope.errors import ConfigError
+from preemptscope.fleet_reduce import (
+    MAX_AUTO_WINDOWS,
+    Reduced,
+    auto_window,
+    base_name,
+    group_windows,
+    reduce_fleet,
+    server_windows,
+)
 from preemptscope.ingest import promapi
-from preemptscope.ingest.metrics import PREFIXES, RENAMES, canonical_name
+from preemptscope.ingest.metrics import PREFIXES, RENAMES
 
 __all__ = [
     "Fleet",
     "FleetOptions",
     "Server",
     "discover",
+    "fleet_assumptions",
     "fleet_html",
     "fleet_rows",
     "fleet_table",
     "join_local",
     "needed_metrics",
+    "read_group",
 ]
 
 # The labels that name a server, most specific first.
@@ -91,6 +103,9 @@ class FleetOptions:
     group_by: tuple[str, ...] = ()
     auth: promapi.PromAuth = field(default_factory=promapi.PromAuth)
     timeout_s: float = 30.0
+    # The analysis window the servers are reduced with (AnalysisParams.window_s): Prometheus
+    # computes the windows, so it must be the analysis' own. None: auto_window(start, end).
+    window_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.start.tzinfo is None or self.end.tzinfo is None:
@@ -100,6 +115,13 @@ class FleetOptions:
         for label in self.group_by:
             if not _LABEL.match(label):
                 raise ConfigError(f"--group-by {label!r}: not a Prometheus label name")
+        if self.window_s is not None and not self.window_s >= 1:
+            raise ConfigError("--window: at least 1 s with --prometheus")
+
+    @property
+    def window(self) -> float:
+        """The window used: --window, else one chosen from the range (fleet_reduce)."""
+        return self.window_s if self.window_s is not None else auto_window(self.start, self.end)
 
 
 @dataclass(frozen=True)
@@ -111,8 +133,9 @@ class Server:
     labels: dict[str, str]  # the labels all its series share (namespace, pod, model_name, ...)
     names: tuple[str, ...]  # exposed metric names the analysis needs
 
-    def selector(self, extra: str) -> str:
-        parts = [f"__name__=~{promapi.quote('|'.join(self.names))}"]
+    def selector(self, extra: str, names: Sequence[str] | None = None) -> str:
+        """Its series (of `names` when given) with the user's matchers `extra`."""
+        parts = [f"__name__=~{promapi.quote('|'.join(names or self.names))}"]
         parts += [f"{key}={promapi.quote(value)}" for key, value in self.matchers]
         if extra:
             parts.append(extra)
@@ -153,10 +176,7 @@ def discover(client: promapi.PromClient, options: FleetOptions) -> list[Server]:
 
 
 def _canonical(exposed: str) -> str:
-    for suffix in ("_bucket", "_sum", "_count", "_created"):
-        if exposed.endswith(suffix):
-            return canonical_name(exposed.removesuffix(suffix))
-    return canonical_name(exposed)
+    return base_name(exposed)
 
 
 def group_name(server: Server, group_by: Sequence[str]) -> str:
@@ -193,6 +213,20 @@ class Fleet:
         self.groups: dict[str, list[Server]] = {}
         for server in servers:
             self.groups.setdefault(group_name(server, options.group_by), []).append(server)
+        self.params = AnalysisParams(window_s=options.window)
+        try:
+            self.reduced = reduce_fleet(
+                self.client,
+                [(s.name, s.matchers, s.names) for s in servers],
+                start=options.start,
+                end=options.end,
+                window_s=options.window,
+                selector=promapi.matchers(options.selector),
+                identify=_identity,
+            )
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._own:
@@ -205,7 +239,70 @@ class Fleet:
         self.close()
 
     def read(self, name: str) -> DeploymentInputs:
-        return read_group(self.client, name, self.groups[name], self.options)
+        """One deployment: its windows reduced by Prometheus and the samples read raw."""
+        members = self.groups[name]
+        target = DeploymentInputs(name)
+        parts, frames = [], []
+        for server in members:
+            reduced = self.reduced.pop(server.name, None) or Reduced()
+            source = _source(self.client, server)
+            one = server_windows(
+                self.client,
+                reduced,
+                selector=lambda names, s=server: s.selector(  # type: ignore[misc]
+                    promapi.matchers(self.options.selector), names
+                ),
+                names=server.names,
+                source=source,
+                deployment=name,
+                drop=_drop(server),
+                start=self.options.start,
+                end=self.options.end,
+                params=self.params,
+            )
+            parts.append(one)
+            frames.append(one.samples)
+            scrapes = one.table["m_scrapes"].sum() if one.table.height else 0
+            target.sources.append(
+                SourceSummary(
+                    path=source,
+                    kind="metrics",
+                    deployment=name,
+                    records={
+                        "scrapes": int(scrapes or 0),
+                        "series": one.counters.select(_SERIES).n_unique()
+                        if one.counters.height
+                        else 0,
+                        "windows": one.table.height,
+                        "windows_read_raw": len(one.raw | one.busy),
+                        "samples_read_raw": one.samples.height,
+                    },
+                )
+            )
+        data = sorted({k for one in parts if one.table.height for k in one.table["win"].to_list()})
+        target.reduced = group_windows(parts, data, self.params)
+        target.metrics = pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
+        return target
+
+
+def fleet_assumptions(options: FleetOptions) -> list[str]:
+    """What the fleet report assumed, in words (the JSON `fleet.assumptions`, the terminal)."""
+    minutes = options.window / 60
+    size = f"{minutes:g} min" if minutes < 60 else f"{minutes / 60:g} h"
+    days = (options.end - options.start).total_seconds() / 86400
+    if options.window_s is None:
+        why = (
+            f"chosen for a {days:.3g}-day range (the shortest of 1 min, 5 min, 15 min, 1 h, "
+            f"6 h, 1 day giving at most {MAX_AUTO_WINDOWS:,} windows; --window sets it)"
+        )
+    else:
+        why = "as --window asked"
+    return [
+        f"windows of {size} {why}",
+        "per window, Prometheus computed the gauges (max, mean, scrapes) and each counter's "
+        "value at the window's end; the range's edges, restarts, gaps and busy windows were "
+        "read raw (docs/fleet.md)",
+    ]
 
 
 def join_local(fleet: Fleet, local: Sequence[DeploymentInputs]) -> Iterator[DeploymentInputs]:
@@ -238,17 +335,18 @@ def join_local(fleet: Fleet, local: Sequence[DeploymentInputs]) -> Iterator[Depl
 def read_group(
     prom: promapi.PromClient, name: str, members: Sequence[Server], options: FleetOptions
 ) -> DeploymentInputs:
-    """The samples of every replica of one deployment, each replica its own source."""
+    """Every raw sample of one deployment's replicas, each replica its own source.
+
+    For the live service's polls (exporter/promsource.py: short spans since the last poll);
+    the batch report reads reduced windows instead (Fleet.read).
+    """
     extra = promapi.matchers(options.selector)
     target = DeploymentInputs(name)
     frames = []
     for server in members:
-        selector = server.selector(extra)
-        chunks = list(prom.raw(selector, options.start, options.end))
-        drop = {*server.labels, *(key for key, _ in server.matchers), "job", "instance"}
-        drop -= {"model_name", "engine"}
-        source = f"{prom.url} {{{','.join(f'{k}={promapi.quote(v)}' for k, v in server.matchers)}}}"
-        frame = promapi.series_frame(chunks, source=source, deployment=name, drop=drop)
+        chunks = list(prom.raw(server.selector(extra), options.start, options.end))
+        source = _source(prom, server)
+        frame = promapi.series_frame(chunks, source=source, deployment=name, drop=_drop(server))
         frames.append(frame)
         target.sources.append(
             SourceSummary(
@@ -258,16 +356,25 @@ def read_group(
                 records={
                     "samples": frame.height,
                     "scrapes": frame["timestamp"].n_unique() if frame.height else 0,
-                    "series": frame.select(
-                        "metric", "sample", "le", "model_name", "engine", "labels"
-                    ).n_unique()
-                    if frame.height
-                    else 0,
+                    "series": frame.select(_SERIES).n_unique() if frame.height else 0,
                 },
             )
         )
     target.metrics = pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
     return target
+
+
+_SERIES = ["source", "metric", "sample", "le", "model_name", "engine", "labels"]
+
+
+def _source(prom: promapi.PromClient, server: Server) -> str:
+    return f"{prom.url} {{{','.join(f'{k}={promapi.quote(v)}' for k, v in server.matchers)}}}"
+
+
+def _drop(server: Server) -> set[str]:
+    """Labels naming the server, left out of `labels` (model_name and engine are columns)."""
+    drop = {*server.labels, *(key for key, _ in server.matchers), "job", "instance"}
+    return drop - {"model_name", "engine"}
 
 
 # --- The fleet overview: one row per deployment, from the report's own values ---------------

@@ -21,7 +21,8 @@ from preemptscope.analysis.report import SourceSummary
 from preemptscope.errors import ConfigError, InputError
 from preemptscope.fleet import Fleet, join_local
 from preemptscope.ingest import archive, bench, metrics
-from preemptscope.ingest.logs import ParseOptions, iter_log_paths, parse_path
+from preemptscope.ingest.logs import ParseOptions, iter_log_paths
+from preemptscope.ingest.reduce import reduce_paths
 from preemptscope.ingest.schema import LogFrames
 from preemptscope.k8s import name_from_log_path
 
@@ -138,13 +139,25 @@ def load_inputs(
         return by_name.setdefault(name, DeploymentInputs(name))
 
     skipped: list[tuple[str, SourceSummary]] = []  # (why, its summary)
+    # Each deployment's files are read through one reducer (ingest/reduce.py): no request
+    # row is kept, and a request is joined across its rotated files.
+    to_parse: dict[str, list[str]] = {}
+    for path, name in named_logs:
+        if not (name in archived and archived[name][0] == path):
+            to_parse.setdefault(name, []).append(path)
+    parsed: dict[tuple[str, str], LogFrames] = {}
+    for name, paths in to_parse.items():
+        for path, frames in zip(
+            paths, reduce_paths(paths, deployment=name, options=opts.parse), strict=True
+        ):
+            parsed[(name, path)] = frames
     for path, name in named_logs:
         if name in archived and archived[name][0] == path:
             frames = archived[name][1]
             entry(name).logs.append(frames)
             entry(name).sources.append(archive_summary(frames, name))
             continue
-        frames = parse_path(path, deployment=name, options=opts.parse)
+        frames = parsed[(name, path)]
         if not sniff.holds_vllm(frames.record_counts()):
             skipped.append(_skipped(frames, name, path))
             continue
@@ -343,7 +356,9 @@ def _split_file(frames: LogFrames, pieces_of: Pieces) -> list[LogFrames]:
     startups = sorted(by_first, key=lambda pid: by_first[pid])
     paired = dict(zip(startups, order, strict=True)) if len(startups) == len(order) else {}
     pieces: dict[int, dict[str, pl.DataFrame]] = {pid: {} for pid in order}
-    for kind, frame in frames.frames.items():
+    derived = {"_arrivals": frames.arrivals, "_joined": frames.joined}
+    every = {**frames.frames, **{k: v for k, v in derived.items() if v is not None}}
+    for kind, frame in every.items():
         if frame.is_empty() or "line" not in frame.columns:
             for pid in pieces:
                 pieces[pid][kind] = frame.clear()
@@ -366,6 +381,7 @@ def _split_file(frames: LogFrames, pieces_of: Pieces) -> list[LogFrames]:
             pieces[pid][kind] = located.filter(pl.col("owner") == pid).select(frame.columns)
     out = []
     for number, (pid, parts) in enumerate(pieces.items()):
+        arrivals, joined = parts.pop("_arrivals", None), parts.pop("_joined", None)
         piece = LogFrames(
             source=frames.source,
             deployment=frames.deployment,
@@ -376,6 +392,9 @@ def _split_file(frames: LogFrames, pieces_of: Pieces) -> list[LogFrames]:
             log_era=frames.log_era,
             timezone=frames.timezone,
             year_source=frames.year_source,
+            summarized=dict(frames.summarized) if number == 0 else {},
+            arrivals=arrivals,
+            joined=joined,
         )
         pieces_of[id(piece)] = pid
         out.append(piece)

@@ -139,29 +139,38 @@ def check_changes(replay: Replay, changes: Mapping[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class ReplayFrames:
-    """What build_replay reads: client rows (or the log's), /metrics, stats and request lines."""
+    """What build_replay reads: client rows (or the log's), /metrics, stats and arrivals."""
 
     latencies: pl.DataFrame | None = None
     metrics: pl.DataFrame | None = None
     stats: pl.DataFrame | None = None
-    requests: pl.DataFrame | None = None
+    arrivals: pl.Series | None = None  # when each logged request started
 
 
-def replay_inputs(item: Any) -> ReplayFrames:
-    """build_replay's frames from a DeploymentInputs (logs, /metrics, client rows)."""
-    from preemptscope.ingest.lifecycle import latencies_from_requests
+def replay_inputs(item: Any, *, latencies: pl.DataFrame | None = None) -> ReplayFrames:
+    """build_replay's frames from a DeploymentInputs (logs, /metrics, client rows).
+
+    `latencies`: the rows the analysis already has (client rows, else the log's), if any.
+    """
+    from preemptscope.ingest.lifecycle import log_arrivals, log_latencies
 
     def frames(kind: str) -> pl.DataFrame | None:
         parts = [lf[kind] for lf in item.logs if kind in lf.frames and not lf[kind].is_empty()]
         return pl.concat(parts, how="vertical_relaxed") if parts else None
 
-    requests = frames("requests")
-    latencies = item.latencies if item.latencies is not None and item.latencies.height else None
-    if latencies is None and requests is not None:
-        derived = latencies_from_requests(requests)
+    if latencies is None:
+        latencies = item.latencies if item.latencies is not None and item.latencies.height else None
+    if latencies is None and item.logs:
+        derived = log_latencies(item.logs)
         latencies = derived if derived.height else None
+    arrivals = log_arrivals(item.logs) if item.logs else None
     metrics = item.metrics if item.metrics is not None and item.metrics.height else None
-    return ReplayFrames(latencies, metrics, frames("scheduler_stats"), requests)
+    return ReplayFrames(
+        latencies,
+        metrics,
+        frames("scheduler_stats"),
+        arrivals if arrivals is not None and arrivals.len() else None,
+    )
 
 
 def candidate_config(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig:
@@ -336,11 +345,11 @@ def build_replay(
     seed: int = 0,
 ) -> Replay:
     """Everything a replay needs, from what one deployment's inputs show."""
-    latencies, metrics, stats, requests = (
+    latencies, metrics, stats, arrivals = (
         frames.latencies,
         frames.metrics,
         frames.stats,
-        frames.requests,
+        frames.arrivals,
     )
     assumptions: list[str] = []
     config = settings(
@@ -374,7 +383,7 @@ def build_replay(
         )
     elif stats is not None and stats.height >= 2:
         try:
-            load = observed_load(stats, requests, output_tokens=output_tokens)
+            load = observed_load(stats, arrivals, output_tokens=output_tokens)
         except ConfigError as exc:
             assumptions.append(f"no workload to replay: {exc}")
         else:

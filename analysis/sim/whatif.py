@@ -225,13 +225,14 @@ class ObservedLoad:
 
 
 def observed_load(
-    stats: pl.DataFrame, requests: pl.DataFrame | None, *, output_tokens: float | None = None
+    stats: pl.DataFrame, arrivals: pl.Series | None, *, output_tokens: float | None = None
 ) -> ObservedLoad:
-    """Estimate the offered load from scheduler-stats (and request lifecycle) frames.
+    """Estimate the offered load from scheduler-stats frames and request arrivals.
 
-    Token totals integrate the per-interval throughputs. The request count comes from
-    `added`/`received` lines when the log has them; otherwise from the generation total
-    divided by `output_tokens` (an assumption the caller must state).
+    Token totals integrate the per-interval throughputs. The request count comes from the
+    request lines' arrivals (ingest/lifecycle.py `log_arrivals`) when the log has them;
+    otherwise from the generation total divided by `output_tokens` (an assumption the caller
+    must state).
     """
     frame = stats.filter(pl.col("timestamp").is_not_null()).sort("timestamp")
     if frame.height < 2:
@@ -242,17 +243,15 @@ def observed_load(
     duration = float(times[-1] - times[0])
     prompt_tokens = float((frame["prompt_throughput"].fill_null(0).to_numpy()[1:] * gaps).sum())
     gen_tokens = float((frame["generation_throughput"].fill_null(0).to_numpy()[1:] * gaps).sum())
-    arrivals: list[float] = []
-    if requests is not None and requests.height:
-        starts = requests.filter(
-            pl.col("event").is_in(["added", "received"]) & pl.col("timestamp").is_not_null()
-        ).unique(subset=["request_id"], keep="first")
-        if starts.height:
-            arr = starts["timestamp"].dt.epoch("us").cast(pl.Float64).to_numpy() / 1e6
-            arrivals = sorted(float(a - times[0]) for a in arr if times[0] <= a <= times[-1])
-    if arrivals:
-        count = float(len(arrivals))
-        basis = f"{len(arrivals)} request lines; token totals from stats throughputs"
+    arrival_list: list[float] = []
+    if arrivals is not None and arrivals.len():
+        arr = arrivals.drop_nulls().dt.epoch("us").cast(pl.Float64).to_numpy() / 1e6
+        inside = np.sort(arr[(arr >= times[0]) & (arr <= times[-1])]) - times[0]
+        # A list of floats, as the replay reads it; the array stays (it is what costs).
+        arrival_list = inside.tolist()
+    if arrival_list:
+        count = float(len(arrival_list))
+        basis = f"{len(arrival_list)} request lines; token totals from stats throughputs"
     elif output_tokens:
         count = gen_tokens / output_tokens
         basis = f"generation total / assumed {output_tokens:g} output tokens per request"
@@ -268,7 +267,7 @@ def observed_load(
         request_rate=count / duration,
         mean_prompt_tokens=max(1.0, prompt_tokens / count),
         mean_output_tokens=max(1.0, gen_tokens / count),
-        arrivals=arrivals,
+        arrivals=arrival_list,
         basis=basis,
     )
 

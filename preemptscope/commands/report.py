@@ -33,7 +33,14 @@ from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.sim.whatif import WhatIfOutcome
 from preemptscope.errors import ConfigError, InputError, PreemptscopeError
-from preemptscope.fleet import Fleet, FleetOptions, fleet_html, fleet_rows, fleet_table
+from preemptscope.fleet import (
+    Fleet,
+    FleetOptions,
+    fleet_assumptions,
+    fleet_html,
+    fleet_rows,
+    fleet_table,
+)
 from preemptscope.ingest.archive import is_archive
 from preemptscope.ingest.logs import YEAR_RANGE, ParseOptions
 from preemptscope.ingest.promapi import PromAuth
@@ -99,7 +106,11 @@ def register(subparsers: Any) -> None:
         help="vllm bench serve --save-detailed JSON, GuideLLM benchmarks.json, CSV/JSONL rows",
     )
     add_prometheus_args(parser)
-    parser.add_argument("--window", default="60s", help="window length (default 60s)")
+    parser.add_argument(
+        "--window",
+        help="window length (default 60s; with --prometheus chosen from the range: 1m up to "
+        "a day, 5m up to 5 days, 15m up to 15 days, 1h up to 60 days, then longer)",
+    )
     parser.add_argument(
         "--min-episode",
         default=f"{AnalysisParams.min_episode_s:g}s",
@@ -231,6 +242,7 @@ def fleet_options(args: argparse.Namespace) -> FleetOptions | None:
             ca_file=args.prometheus_ca_file,
         ),
         timeout_s=parse_duration(args.prometheus_timeout),
+        window_s=parse_duration(args.window) if args.window else None,
     )
 
 
@@ -342,7 +354,8 @@ def build(args: argparse.Namespace) -> Built:
     # A fleet's verdicts are as of the end of the range asked for, not of each server's data.
     now = parse_time(args.now) if args.now else fleet.end if fleet is not None else None
     params = AnalysisParams(
-        window_s=parse_duration(args.window),
+        # With --prometheus the window is the one the servers were reduced with.
+        window_s=fleet.window if fleet is not None else parse_duration(args.window or "60s"),
         min_episode_s=parse_duration(args.min_episode),
         now=now,
     )
@@ -389,6 +402,9 @@ def build(args: argparse.Namespace) -> Built:
             "selector": fleet.selector,
             "group_by": list(fleet.group_by),
             "servers": fleet_rows(report, servers.groups),
+            "window_s": fleet.window,
+            "window_automatic": fleet.window_s is None,
+            "assumptions": fleet_assumptions(fleet),
         }
     return Built(inputs, report, summary)
 
@@ -437,6 +453,8 @@ def run(args: argparse.Namespace) -> int:
         console = Console()
         if built.fleet is not None:
             console.print(fleet_table(built.fleet["servers"], _fleet_title(built.fleet)))
+            for note in built.fleet["assumptions"]:
+                console.print(f"assumed: {note}")
         render_report(report, console)
         if args.html:
             print(f"HTML report: {args.html}")

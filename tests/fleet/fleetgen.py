@@ -19,8 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
+import polars as pl
 from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS
 from preemptscope.analysis.sim import writers
 from preemptscope.analysis.sim.config import SimConfig
@@ -129,54 +131,90 @@ def write_snapshots(server: FleetServer, directory: Path) -> Path:
     return directory
 
 
-def _families(text: str) -> list[tuple[str, str, list[str]]]:
-    """(family, type, sample lines) of one exposition, in order."""
-    out: list[tuple[str, str, list[str]]] = []
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(None, 3)
-            out.append((name, kind, []))
-        elif line and not line.startswith("#"):
-            out[-1][2].append(line)
-    return out
+def _columns(rendered: list[tuple[datetime, str]]) -> tuple[list[tuple[str, str]], pl.DataFrame]:
+    """A simulation's snapshots as (family, type) in order and one row per sample line:
+    family index, series (name{labels without the braces' end), value text, time in ms."""
+    families: list[tuple[str, str]] = []
+    fam: list[int] = []
+    keys: list[str] = []
+    values: list[str] = []
+    stamps: list[int] = []
+    for when, text in rendered:
+        ms = round(when.timestamp() * 1000)
+        f = -1
+        for line in text.splitlines():
+            if line.startswith("# TYPE "):
+                f += 1
+                if len(families) <= f:
+                    _, _, name, kind = line.split(None, 3)
+                    families.append((name, kind))
+            elif line and not line.startswith("#"):
+                key, value = line.rsplit(" ", 1)
+                fam.append(f)
+                keys.append(key)
+                values.append(value)
+                stamps.append(ms)
+    frame = pl.DataFrame(
+        {"family": fam, "key": keys, "value": values, "ms": stamps},
+        schema={"family": pl.Int32, "key": pl.String, "value": pl.String, "ms": pl.Int64},
+    )
+    # One series' samples together, in time order (OpenMetrics asks for that per family).
+    frame = frame.sort("family", "key", "ms", maintain_order=True)
+    parts = pl.col("key").str.splitn("{", 2)
+    frame = frame.with_columns(
+        head=parts.struct.field("field_0") + "{",
+        tail=pl.when(parts.struct.field("field_1").is_null())
+        .then(pl.lit("} "))
+        .otherwise("," + parts.struct.field("field_1") + " "),
+    ).drop("key")
+    return families, frame
 
 
 def write_openmetrics(fleet: list[FleetServer], path: Path) -> None:
     """Every server's history as one OpenMetrics file, families contiguous (as the format asks)."""
-    parsed: dict[int, list[tuple[float, list[tuple[str, str, list[str]]]]]] = {}
+    parsed: dict[int, pl.DataFrame] = {}
+    families: list[tuple[str, str]] = []
     for server in fleet:
         if id(server.rendered) not in parsed:
-            parsed[id(server.rendered)] = [
-                (when.timestamp(), _families(text)) for when, text in server.rendered
-            ]
-    first = next(iter(parsed.values()))[0][1]
-    with path.open("w") as out:
-        for f, (family, kind, _) in enumerate(first):
+            families, parsed[id(server.rendered)] = _columns(server.rendered)
+    per_family = {
+        key: dict(frame.partition_by("family", as_dict=True, include_key=False))
+        for key, frame in parsed.items()
+    }
+    with path.open("wb") as out:
+        for f, (family, kind) in enumerate(families):
             om_name = family.removesuffix("_total") if kind == "counter" else family
-            out.write(f"# TYPE {om_name} {kind}\n")
+            out.write(f"# TYPE {om_name} {kind}\n".encode())
             for server in fleet:
                 extra = (
                     f'namespace="{server.namespace}",pod="{server.pod}",'
                     f'instance="{server.instance}",job="vllm",container="vllm"'
                 )
-                shift = server.shift.total_seconds()
-                per_series: dict[str, list[str]] = {}
-                for stamp, families in parsed[id(server.rendered)]:
-                    when = f" {stamp + shift:.3f}\n"
-                    for line in families[f][2]:
-                        key, value = line.rsplit(" ", 1)
-                        per_series.setdefault(key, []).append(f"{value}{when}")
-                for key, values in per_series.items():
-                    name, brace, rest = key.partition("{")
-                    prefix = f"{name}{{{extra},{rest} " if brace else f"{name}{{{extra}}} "
-                    out.writelines(prefix + v for v in values)
-        out.write("# EOF\n")
+                rows = per_family[id(server.rendered)].get((f,))
+                if rows is None:
+                    continue
+                ms = pl.col("ms") + round(server.shift.total_seconds() * 1000)
+                line = pl.concat_str(
+                    pl.col("head"), pl.lit(extra), pl.col("tail"), pl.col("value"), pl.lit(" "),
+                    (ms // 1000).cast(pl.String), pl.lit("."),
+                    (ms % 1000).cast(pl.String).str.zfill(3),
+                )  # fmt: skip
+                rows.select(line).write_csv(
+                    out, include_header=False, quote_style="never", line_terminator="\n"
+                )
+        out.write(b"# EOF\n")
 
 
 def backfill(openmetrics: Path, tsdb: Path) -> None:
+    start_backfill(openmetrics, tsdb).check_returncode()
+
+
+def start_backfill(openmetrics: Path, tsdb: Path, *, wait: bool = True) -> Any:
+    """promtool's backfill of `openmetrics` into `tsdb` (a CompletedProcess, or a Popen)."""
     assert PROMTOOL is not None
     tsdb.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
+    run = subprocess.run if wait else subprocess.Popen
+    return run(
         # One block over the whole span: promtool reads the input once per block (default 2h).
         [
             PROMTOOL,
@@ -188,9 +226,8 @@ def backfill(openmetrics: Path, tsdb: Path) -> None:
             str(openmetrics),
             str(tsdb),
         ],
-        check=True,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
 
 

@@ -30,6 +30,8 @@ EXPECTED = {
     "dash_runs_prompt": {"requests"},
     "config_prompt": {"requests"},
     "config_line": {"config"},
+    "non_default_args": {"config"},
+    "ansi_brackets": {"unrecognized"},
     "stats_digits": {"scheduler_stats"},
     "stats_digits_prompt": {"requests"},
     "headers_prompt": {"requests"},
@@ -57,3 +59,10 @@ def test_config_line_keeps_its_settings() -> None:
     frames = parse_lines(lines[:1], source="h", deployment="h", options=ParseOptions(year=2025))
     config = dict(frames["config"].select("key", "value").iter_rows())
     assert config["model"] == "m" and config["max_num_seqs"] == "8"
+
+
+def test_non_default_args_keep_their_settings() -> None:
+    lines = HOSTILE.lines("non_default_args", 100_000)
+    frames = parse_lines(lines[:1], source="h", deployment="h", options=ParseOptions(year=2025))
+    config = dict(frames["config"].select("key", "value").iter_rows())
+    assert config == {"max_num_seqs": "8", "model": "m"}

@@ -172,7 +172,9 @@ def test_prompts_built_from_the_catalogue_never_make_records(parts: list[str], e
     elif event == "generated":
         line = f"{HEADER}Generated response chatcmpl-1: output: {text!r}, finish_reason: stop"
     else:
-        line = f"{HEADER}Added request chatcmpl-1 {text}."
+        # Not repr'd: the id may come from an X-Request-Id header, which HTTP keeps free of
+        # CR and LF (a real `\r` is read as a tqdm redraw: docs/frames.md).
+        line = f"{HEADER}Added request chatcmpl-1 {text.replace(chr(13), ' ')}."
     frames = parse([REAL_STATS, line, REAL_STATS])
     assert kinds(frames) == {"scheduler_stats": 2, "requests": 1}
     assert frames["scheduler_stats"]["line"].to_list() == [1, 3]

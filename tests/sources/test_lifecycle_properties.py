@@ -6,12 +6,13 @@ the specification: same rows, same values, whatever the order, spelling or timin
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from preemptscope.ingest.lifecycle import latencies_from_requests
+from preemptscope.ingest.lifecycle import RequestJoin, latencies_from_requests
 from preemptscope.ingest.schema import REQUEST_LATENCIES, REQUESTS
 
 T = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -194,3 +195,86 @@ def test_matches_reference_on_random_events(
 def test_row_order_of_the_input_does_not_matter(rows: list[Row], seed: int) -> None:
     shuffled = _frame(rows).sample(fraction=1.0, shuffle=True, seed=seed)
     assert _canonical(latencies_from_requests(shuffled)).equals(_canonical(_reference(shuffled)))
+
+
+def _streamed(requests: pl.DataFrame, cuts: list[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    join = RequestJoin()
+    arrivals, joined = [], []
+    bounds = sorted({0, requests.height, *(c % (requests.height + 1) for c in cuts)})
+    for low, high in itertools.pairwise(bounds):
+        a, j = join.add(requests.slice(low, high - low))
+        arrivals.append(a)
+        joined.append(j)
+    a, j = join.close()
+    return pl.concat([*arrivals, a]), pl.concat([*joined, j])
+
+
+@st.composite
+def logged_stories(draw: st.DrawFn) -> list[Row]:
+    """Request stories as vLLM logs them: each id's first line is its `Received` line, which
+    carries the frontend's id (the suffixed spellings come from the engine after it)."""
+    rows: list[Row] = []
+    for story in draw(st.lists(stories(), max_size=8)):
+        t, _, rid, deployment, source = story[0]
+        base = next(i for i in sorted(IDS, key=len, reverse=True) if rid.startswith(i))
+        rows.append((t, "received", base, deployment, source))
+        rows += [(t, e, base if e == "received" else r, d, s) for t, e, r, d, s in story]
+    return rows
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(logged_stories(), st.lists(st.integers(min_value=0, max_value=64), max_size=6))
+def test_streaming_join_matches_one_go(rows: list[Row], cuts: list[int]) -> None:
+    # As a log is read: in time order (ties in line order), one deployment, in chunks.
+    requests = (
+        _frame(rows)
+        .with_columns(deployment=pl.lit("a"))
+        .sort("timestamp", "line", nulls_last=True, maintain_order=True)
+        .with_columns(line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64))
+    )
+    arrivals, joined = _streamed(requests, cuts)
+    whole = latencies_from_requests(requests)
+    got = joined.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
+    want = whole.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
+    assert got.equals(want)
+    # Every request with a start arrives once, whether or not it ends.
+    events = _reference_fold(
+        requests.filter(pl.col("timestamp").is_not_null() & pl.col("request_id").is_not_null())
+        .with_columns(pl.col("request_id").str.split(","))
+        .explode("request_id")
+        .with_columns(pl.col("request_id").str.strip_chars().str.strip_chars_end("."))
+        .filter(pl.col("request_id") != "")
+    ).sort(["key", "timestamp", "line"])
+    previous_is_start = pl.col("event").shift(1).over("key").is_in(_STARTS).fill_null(False)
+    opens = events.filter(pl.col("event").is_in(_STARTS) & ~previous_is_start)
+    assert arrivals.height == opens.height
+    assert sorted(arrivals["timestamp"].to_list()) == sorted(opens["timestamp"].to_list())
+
+
+def test_streaming_join_bounds_open_requests() -> None:
+    # A starts-only log (plain V1): every request stays open; at most MAX_OPEN are kept.
+    n = 50
+    requests = pl.DataFrame(
+        {
+            "source": ["x.log"] * n,
+            "line": list(range(1, n + 1)),
+            "deployment": ["a"] * n,
+            "process": [None] * n,
+            "pid": [None] * n,
+            "level": ["INFO"] * n,
+            "timestamp": [T + timedelta(seconds=i) for i in range(n)],
+            "event": ["received"] * n,
+            "request_id": [f"r{i}" for i in range(n)],
+        },
+        schema=REQUESTS,
+    )
+    join = RequestJoin(max_open=10)
+    arrivals, joined = join.add(requests)
+    assert arrivals.height == n and joined.is_empty()
+    assert join.open_requests == 10 and join.evicted == n - 10
+    # An hour without a line settles the rest.
+    late = requests.head(1).with_columns(
+        timestamp=pl.lit(T + timedelta(hours=2)), request_id=pl.lit("late")
+    )
+    arrivals, joined = join.add(late)
+    assert arrivals.height == 1 and join.open_requests == 1

@@ -1,0 +1,164 @@
+"""Reduce log chunks, as they stream, to what the analysis reads.
+
+`report` and `serve` never hold a deployment's request, access or other rows: each chunk's
+request lines go through one RequestJoin (ingest/lifecycle.py) per deployment, which keeps only
+the requests still open and gives one ARRIVALS row per request and one JOINED row per request
+with both ends logged. Of the request rows themselves a few stay, those that mark activity
+(the first and last of a chunk, the first after each startup line: what restart detection
+reads); the rest are counted in `LogFrames.summarized`, so record counts stay exact. The kinds
+the analysis reads whole (stats, preemption warnings, config, KV sizing) are small and kept;
+of the unrecognised lines the first UNRECOGNIZED_KEPT rows per source are kept (the counts
+are exact whatever the number).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import polars as pl
+from preemptscope.ingest.lifecycle import RequestJoin
+from preemptscope.ingest.logs import REDUCED, ParseOptions, ReadLimits, iter_parse_path
+from preemptscope.ingest.schema import ARRIVALS, JOINED, LogFrames
+
+__all__ = ["UNRECOGNIZED_KEPT", "LogReducer", "reduce_paths"]
+
+UNRECOGNIZED_KEPT = 1_000
+_DROPPED = ("access", "other")  # counted, never read by the analysis
+
+
+class LogReducer:
+    """One deployment's reduction: feed its LogFrames batches in time order with `add`."""
+
+    def __init__(self) -> None:
+        self.join = RequestJoin()
+        self._unrecognized: dict[str, int] = {}  # source -> rows kept so far
+
+    def add(self, part: LogFrames) -> tuple[LogFrames, pl.DataFrame, pl.DataFrame]:
+        """The reduced batch, and the join's ARRIVALS and JOINED rows (with `source`) so far."""
+        requests = part["requests"]
+        arrivals, joined = self.join.add(requests)
+        out = LogFrames(
+            source=part.source,
+            deployment=part.deployment,
+            frames=dict(part.frames),
+            accounting=part.accounting,
+            vllm_version=part.vllm_version,
+            log_era=part.log_era,
+            timezone=part.timezone,
+            year_source=part.year_source,
+            summarized=dict(part.summarized),
+        )
+        if requests.height:
+            markers = activity_markers(requests, part["config"])
+            out.frames["requests"] = markers
+            out.summarized["requests"] = (
+                out.summarized.get("requests", 0) + requests.height - markers.height
+            )
+        for kind in _DROPPED:
+            frame = out.frames[kind]
+            if frame.height:
+                out.summarized[kind] = out.summarized.get(kind, 0) + frame.height
+                out.frames[kind] = frame.clear()
+        unrec = out.frames["unrecognized"]
+        if unrec.height:
+            kept = self._unrecognized.get(part.source, 0)
+            room = max(0, UNRECOGNIZED_KEPT - kept)
+            if unrec.height > room:
+                out.summarized["unrecognized"] = (
+                    out.summarized.get("unrecognized", 0) + unrec.height - room
+                )
+                out.frames["unrecognized"] = unrec.head(room)
+            self._unrecognized[part.source] = kept + min(room, unrec.height)
+        return out, arrivals, joined
+
+    def close(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """ARRIVALS and JOINED rows (with `source`) of the requests still open at the end."""
+        return self.join.close()
+
+
+def activity_markers(requests: pl.DataFrame, config: pl.DataFrame) -> pl.DataFrame:
+    """The request rows that say when a log was active: the first and last of the batch and
+    the first after each startup line (events.py tells restarts apart by them)."""
+    lines = requests["line"]
+    picks = {0, requests.height - 1}
+    starts = config.filter(pl.col("key") == "vllm_version")["line"].drop_nulls()
+    if starts.len():
+        after = lines.search_sorted(starts, side="right")
+        picks |= {int(i) for i in after.to_list() if int(i) < requests.height}
+    return requests.gather(sorted(picks))
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def reduce_paths(
+    paths: Sequence[str],
+    *,
+    deployment: str,
+    options: ParseOptions | None = None,
+    limits: ReadLimits | None = None,
+) -> list[LogFrames]:
+    """Parse and reduce the files of one deployment (one LogFrames per file, in `paths` order).
+
+    Files are read oldest first (by mtime: rotated files before the live one), so a request
+    received in `vllm.log.1` and finished in `vllm.log` is joined.
+    """
+    options = options or ParseOptions()
+    reducer = LogReducer()
+    results: dict[str, LogFrames] = {}
+    found: list[tuple[pl.DataFrame, pl.DataFrame]] = []
+    # The join runs in its own thread, one chunk behind the dating of the next (Polars
+    # releases the GIL): both are sequential, neither waits for the other. At most two
+    # chunks wait for it, so memory stays flat.
+    with ThreadPoolExecutor(max_workers=1) as joiner:
+        pending: deque[tuple[str, Future[tuple[LogFrames, pl.DataFrame, pl.DataFrame]]]] = deque()
+
+        def collect(limit: int) -> None:
+            while len(pending) > limit:
+                path, future = pending.popleft()
+                piece, arrivals, joined = future.result()
+                found.append((arrivals, joined))
+                if path in results:
+                    results[path].extend(piece)
+                else:
+                    results[path] = piece
+
+        for path in sorted(dict.fromkeys(paths), key=lambda p: (_mtime(p), p)):
+            for part in iter_parse_path(
+                path, deployment=deployment, options=options, keep=REDUCED, limits=limits
+            ):
+                pending.append((path, joiner.submit(reducer.add, part)))
+                collect(2)
+            collect(0)
+            if path not in results:
+                results[path] = LogFrames(source=path, deployment=deployment, timezone=options.tz)
+    found.append(reducer.close())
+    # Rows go to the file their request started in (a join may settle it in a later file).
+    pieces: dict[str, tuple[list[pl.DataFrame], list[pl.DataFrame]]] = {
+        p: ([], []) for p in results
+    }
+    for arrivals, joined in found:
+        for frame, slot in ((arrivals, 0), (joined, 1)):
+            if frame.height == 0:
+                continue
+            for (source,), rows in frame.group_by("source"):
+                if str(source) in pieces:
+                    pieces[str(source)][slot].append(rows.drop("source"))
+    for path, frames in results.items():
+        arrived, ended = pieces[path]
+        frames.arrivals = _sorted(arrived, ARRIVALS, "timestamp")
+        frames.joined = _sorted(ended, JOINED, "start")
+    return [results[p] for p in dict.fromkeys(paths)]
+
+
+def _sorted(parts: list[pl.DataFrame], schema: pl.Schema, by: str) -> pl.DataFrame:
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(parts).sort(by, "line").cast(schema)
