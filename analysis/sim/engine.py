@@ -366,7 +366,10 @@ class _Run:
         dec = lz.alive
         free_left = self.free - lz.residues[-lag0 % bs]
         if free_left < 0:
-            return False
+            if self.policy_priority or self.record_tokens:
+                return False
+            self.lazy_preempt()
+            return True
         budget_left = self.max_batched - dec
         picks: list[tuple[int, int, int]] = []  # (request, tokens computed now, cache hit)
         new_tokens = new_context = new_pairs = new_decodes = 0  # the picks' sums
@@ -449,6 +452,76 @@ class _Run:
             if not picks and not n_done:
                 self.lazy_fast_forward(end - clock, blocked)
         return True
+
+    def lazy_preempt(self) -> None:
+        """plain_step's preemption step (fcfs), on the lazy batch: the same victims and sums.
+
+        Every running request decodes; those whose context fills its last block take one, in
+        running order, and when none is free the last running request is preempted (its
+        blocks freed) until one is, or it was the request itself. No admission follows, and
+        the steps after it stand for plain steps (plain_like), as in plain_step.
+        """
+        lz, bs, clock = self.lz, self.bs, self.clock
+        lag0 = lz.lag
+        self.budget_needed = max(self.budget_needed, lz.alive)  # plain_step's total need
+        slots = np.flatnonzero(self.r_alive[: lz.slots])  # running order
+        comp = self.r_comp[slots] + lag0
+        free, tail = self.free, len(slots)
+        victims: list[int] = []
+        for i in np.flatnonzero(comp % bs == 0).tolist():
+            if i >= tail:
+                break
+            while free < 1:
+                tail -= 1
+                victims.append(tail)
+                free += -(-int(comp[tail]) // bs)
+                if tail == i:
+                    break
+            if tail == i:
+                break
+            free -= 1
+        for t in victims:  # the last running first, as vLLM pops them
+            slot = int(slots[t])
+            r = int(self.r_id[slot])
+            base = int(self.r_comp[slot])
+            self.ntok[r] = int(self.r_ntok[slot]) + lag0
+            self.generated[r] = int(self.r_gen[slot]) + lag0
+            self.on_preempt(r, -(-(base + lag0) // bs), base + lag0)
+            self.computed[r] = 0
+            self.blocks[r] = 0
+            self.npre[r] += 1
+            self.pre_t.append(clock)
+            self.pre_r.append(r)
+            self.waiting.prepend(r)
+            lz.residues[base % bs] -= 1
+            lz.ctx0 -= base
+            lz.alive -= 1
+            self.r_alive[slot] = False
+        lz.slots = self.compact(apply_lag=False)  # the victims' heap entries go too
+        rebuild_heap(lz, self.r_tgt, self.r_gen, self.size)
+        dec, preempted = lz.alive, len(victims)
+        if not dec:  # everything was preempted: the next step re-admits from waiting
+            self.free = free
+            self.log.add(clock, clock, 0, len(self.waiting), self.total_blocks - free,
+                         0, 0, 0, 0, preempted, False, 0)  # fmt: skip
+            self.flush()
+            return
+        context = lz.ctx0 + dec * lag0 + dec
+        end = clock + self.cost.step_time(dec, context, float(context), dec)
+        lag = lz.lag = lag0 + 1
+        lz.ends.append(end)
+        n_done = 0
+        heap, size = lz.heap, self.size
+        while heap and heap[0] < (lag + 1) * size:
+            free += self.leave_lazy(heapq.heappop(heap) % size, lag, end)
+            n_done += 1
+        self.free = free
+        self.log.add(clock, end, lz.alive, len(self.waiting), self.total_blocks - free, dec,
+                     0, 0, dec, preempted, False, n_done)  # fmt: skip
+        self.clock = end
+        self.plain_like = True
+        if not lz.alive:
+            self.flush()
 
     def lazy_fast_forward(self, last_step: float, kv_blocked: bool) -> None:
         """fast_forward after a quiet plain step, on the lazy batch: the same steps and sums.
