@@ -9,7 +9,7 @@ import pytest
 from preemptscope.analysis import advice
 from preemptscope.analysis.kvmodel import GPU_PRESETS
 from preemptscope.analysis.report import Advice, Capacity
-from preemptscope.analysis.sim import observed
+from preemptscope.analysis.sim import engine, observed
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.observed import ObservedFigures, Replay
 
@@ -28,7 +28,7 @@ def _items() -> list[Advice]:
 
 def _checked(replay: Replay, capacity: Capacity, *, skipping: bool) -> tuple[list[Advice], int]:
     runs = 0
-    real = observed.simulate
+    real = engine.simulate
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         nonlocal runs
