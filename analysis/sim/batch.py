@@ -261,9 +261,12 @@ class Batch:
         n_done = 0
         heap, size = lz.heap, self.size
         bound = (lag + 1) * size  # entries that finish at this lag or before
+        alive = self.r_alive
         while heap and heap[0] < bound:
-            free += self.leave_lazy(heapq.heappop(heap) % size, lag, end)
-            n_done += 1
+            slot = heapq.heappop(heap) % size
+            if alive[slot]:  # not a preempted request's entry
+                free += self.leave_lazy(slot, lag, end)
+                n_done += 1
         self.free = free
         self.log.add(clock, end, lz.alive, len(waiting), self.total_blocks - free, n_tokens,
                      n_tokens - decode_tokens, first_prompt, dec + len(picks), 0, blocked,
@@ -324,8 +327,7 @@ class Batch:
             lz.ctx0 -= base
             lz.alive -= 1
             self.r_alive[slot] = False
-        lz.slots = self.compact(apply_lag=False)  # the victims' heap entries go too
-        rebuild_heap(lz, self.r_tgt, self.r_gen, self.size)
+        # The victims' finish entries stay in the heap, skipped when they come up.
         dec, preempted = lz.alive, len(victims)
         if not dec:  # everything was preempted: the next step re-admits from waiting
             self.free = free
@@ -338,10 +340,12 @@ class Batch:
         lag = lz.lag = lag0 + 1
         lz.ends.append(end)
         n_done = 0
-        heap, size = lz.heap, self.size
+        heap, size, alive = lz.heap, self.size, self.r_alive
         while heap and heap[0] < (lag + 1) * size:
-            free += self.leave_lazy(heapq.heappop(heap) % size, lag, end)
-            n_done += 1
+            slot = heapq.heappop(heap) % size
+            if alive[slot]:
+                free += self.leave_lazy(slot, lag, end)
+                n_done += 1
         self.free = free
         self.log.add(clock, end, lz.alive, len(self.waiting), self.total_blocks - free, dec,
                      0, 0, dec, preempted, False, n_done)  # fmt: skip
@@ -367,7 +371,7 @@ class Batch:
             return
         lag = lz.lag
         context = float(lz.ctx0 + nr * lag)
-        steps = lz.heap[0] // self.size - lag - 1
+        steps = self.next_finish() - lag - 1
         if steps < 1 or clock >= limit:
             return
         if np.isfinite(limit):
@@ -405,9 +409,9 @@ class Batch:
         step is what lazy_step would compute: the same step times, the same sequential sums
         of end times (np.cumsum adds in order).
         """
-        lz, bs, size = self.lz, self.bs, self.size
+        lz, bs = self.lz, self.bs
         lag0, dec = lz.lag, lz.alive
-        steps = lz.heap[0] // size - lag0 - 1  # before the first finish
+        steps = self.next_finish() - lag0 - 1  # before the first finish
         if steps < QUIET_RUN_MIN or self.plain_like:
             return 0
         waiting = self.waiting
@@ -469,6 +473,13 @@ class Batch:
         self.free -= int(used[-1])
         self.clock = float(ends[-1])
         return steps
+
+    def next_finish(self) -> int:
+        """The lag at which the next running entry finishes (preempted entries dropped)."""
+        heap, size, alive = self.lz.heap, self.size, self.r_alive
+        while not alive[heap[0] % size]:
+            heapq.heappop(heap)
+        return heap[0] // size
 
     def join_lazy(self, r: int, tokens: int, lag: int, clock: float, end: float) -> int:
         """Admit request r, whose whole remaining prompt (`tokens`) runs in this lazy step.
