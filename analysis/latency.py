@@ -39,6 +39,7 @@ __all__ = [
     "histogram_window_stats",
     "histogram_windows_counts",
     "histogram_windows_stats",
+    "histograms_windows_stats",
     "info_labels",
     "samples_window_stats",
     "samples_windows_stats",
@@ -103,17 +104,20 @@ def _window_index(
 # Counters
 
 
-def _metric_rows(samples: pl.DataFrame, metric: str, kinds: list[str]) -> pl.DataFrame:
-    """Rows of one metric's `kinds` samples with the series' `created` value, in time order.
-
-    Sorting by time alone is enough: `.over(series)` keeps the frame's order within a series.
+def _metric_rows(
+    samples: pl.DataFrame, metric: str | Sequence[str], kinds: list[str]
+) -> pl.DataFrame:
+    """Rows of one metric's (or several's) `kinds` samples with the series' `created` value, in
+    time order. Sorting by time alone is enough: `.over(series)` keeps the frame's order within
+    a series.
     """
+    names = [metric] if isinstance(metric, str) else list(metric)
     rows = samples.filter(
-        (pl.col("metric") == metric) & pl.col("sample").is_in([*kinds, "created"])
-    ).select([*SERIES_KEYS, "timestamp", "sample", "le", "value"])
+        pl.col("metric").is_in(names) & pl.col("sample").is_in([*kinds, "created"])
+    ).select([*SERIES_KEYS, "metric", "timestamp", "sample", "le", "value"])
     # A window over (series, scrape) is much cheaper than a join on these string keys.
     own_created = pl.when(pl.col("sample") == "created").then(pl.col("value"))
-    rows = rows.with_columns(created=own_created.max().over([*SERIES_KEYS, "timestamp"]))
+    rows = rows.with_columns(created=own_created.max().over([*SERIES_KEYS, "metric", "timestamp"]))
     rows = rows.filter(pl.col("sample") != "created")
     return rows.sort("timestamp")
 
@@ -284,18 +288,21 @@ def histogram_metric(samples: pl.DataFrame, kind: LatencyMetric) -> str | None:
     return next((name for name in HISTOGRAM_METRICS[kind] if name in present), None)
 
 
-def _histogram_pairs(samples: pl.DataFrame, metric: str, model_name: str | None) -> pl.DataFrame:
-    """Per consecutive scrape pair of each series: the increase of every bucket, _sum, _count."""
+def _histogram_pairs(
+    samples: pl.DataFrame, metric: str | Sequence[str], model_name: str | None
+) -> pl.DataFrame:
+    """Per consecutive scrape pair of each series: the increase of every bucket, _sum, _count
+    (of one histogram metric, or of several at once: then told apart by `metric`)."""
     frame = _metric_rows(samples, metric, ["bucket", "sum", "count"])
     if model_name is not None:
         frame = frame.filter(pl.col("model_name") == model_name)
-    line = [*SERIES_KEYS, "sample", "le"]
+    line = [*SERIES_KEYS, "metric", "sample", "le"]
     frame = frame.with_columns(previous=pl.col("value").shift(1).over(line))
     frame = frame.with_columns(
         restarted=(pl.col("value") < pl.col("previous")).fill_null(False) | _restarted(line)
     )
     # One restart flag per series and scrape, so every bucket of that scrape agrees.
-    reset = pl.col("restarted").any().over([*SERIES_KEYS, "timestamp"])
+    reset = pl.col("restarted").any().over([*SERIES_KEYS, "metric", "timestamp"])
     increase = (
         pl.when(pl.col("previous").is_null())
         .then(None)
@@ -306,7 +313,7 @@ def _histogram_pairs(samples: pl.DataFrame, metric: str, model_name: str | None)
     return (
         frame.with_columns(increase=increase)
         .filter(pl.col("increase").is_not_null())
-        .select("timestamp", "sample", "le", "increase")
+        .select("timestamp", "metric", "sample", "le", "increase")
     )
 
 
@@ -398,32 +405,59 @@ def histogram_windows_stats(
     if name is None:
         return [None] * len(windows)
     pairs = _window_index(_histogram_pairs(samples, name, model_name), windows, cumulative=True)
-    totals = (
-        pairs.group_by("window", "sample", "le")
+    return _stats_from_totals(kind, _totals(pairs), len(windows))
+
+
+def histograms_windows_stats(
+    samples: pl.DataFrame, names: Mapping[LatencyMetric, str], windows: Sequence[Window]
+) -> dict[LatencyMetric, list[LatencyStats | None]]:
+    """histogram_windows_stats of several histograms (kind -> canonical name) in one pass."""
+    if not names:
+        return {}
+    pairs = _window_index(_histogram_pairs(samples, list(names.values()), None), windows,
+                          cumulative=True)  # fmt: skip
+    totals = _totals(pairs, "metric")
+    parts = {key[0]: part for key, part in totals.partition_by("metric", as_dict=True).items()}
+    return {
+        kind: _stats_from_totals(kind, parts[name], len(windows))
+        if name in parts
+        else [None] * len(windows)
+        for kind, name in names.items()
+    }
+
+
+def _totals(pairs: pl.DataFrame, *by: str) -> pl.DataFrame:
+    return (
+        pairs.group_by(*by, "window", "sample", "le")
         .agg(pl.col("increase").sum())
-        .sort("window", "sample", "le")
+        .sort(*by, "window", "sample", "le")
     )
-    # Few rows per window (one per bucket): plain Python, the quantiles for many windows at once.
-    buckets: dict[int, tuple[list[float], list[float]]] = {}
-    sums: dict[int, float] = {}
-    counts: dict[int, float] = {}
-    for window, sample, le, increase in totals.iter_rows():
-        if sample == "bucket":
-            bounds, cumulative = buckets.setdefault(window, ([], []))
-            bounds.append(le)
-            cumulative.append(increase)
-        elif sample == "sum":
-            sums[window] = increase
-        else:
-            counts[window] = increase
-    result: list[LatencyStats | None] = [None] * len(windows)
-    by_bounds: dict[tuple[float, ...], list[int]] = {}
-    for window, (bounds, _) in buckets.items():
-        by_bounds.setdefault(tuple(bounds), []).append(window)
-    for bounds_key, members in by_bounds.items():
-        matrix = np.array([buckets[w][1] for w in members], dtype=np.float64)
-        found = _stats_many(kind, list(bounds_key), matrix, [sums.get(w) for w in members],
-                            [counts.get(w) for w in members])  # fmt: skip
+
+
+def _stats_from_totals(
+    kind: LatencyMetric, totals: pl.DataFrame, n_windows: int
+) -> list[LatencyStats | None]:
+    """Per window, the stats from its summed bucket, _sum and _count increases."""
+    # The buckets as a matrix (one row per window), the quantiles for many windows at once.
+    per_window = (
+        totals.filter(pl.col("sample") == "bucket")
+        .group_by("window", maintain_order=True)
+        .agg(pl.col("le"), pl.col("increase"))
+    )
+    sums = dict(totals.filter(pl.col("sample") == "sum").select("window", "increase").iter_rows())
+    counts = dict(
+        totals.filter(pl.col("sample") == "count").select("window", "increase").iter_rows()
+    )
+    result: list[LatencyStats | None] = [None] * n_windows
+    for bounds_list, group in per_window.group_by("le", maintain_order=True):
+        members = group["window"].to_list()
+        bounds = list(bounds_list[0])  # type: ignore[arg-type]
+        if not bounds:
+            continue
+        matrix = np.array(group["increase"].to_list(), dtype=np.float64)
+        matrix = matrix.reshape(len(members), len(bounds))
+        window_sums = [sums.get(w) for w in members]
+        found = _stats_many(kind, bounds, matrix, window_sums, [counts.get(w) for w in members])
         for window, stats in zip(members, found, strict=True):
             result[window] = stats
     return result

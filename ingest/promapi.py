@@ -293,7 +293,12 @@ def _classify(name: str, labels: Mapping[str, str], histograms: set[str]) -> tup
 
 
 def series_frame(
-    chunks: Sequence[RawSamples], *, source: str, deployment: str, drop: Collection[str] = ()
+    chunks: Sequence[RawSamples],
+    *,
+    source: str,
+    deployment: str,
+    drop: Collection[str] = (),
+    series_ids: bool = False,
 ) -> pl.DataFrame:
     """Raw samples of one server as METRIC_SAMPLES rows, named as ingest/metrics.py names them.
 
@@ -301,6 +306,7 @@ def series_frame(
 
     `drop`: labels that identify the server (namespace, pod, instance, job, ...), left out of
     the `labels` column so a series keeps one identity when, say, a pod's IP changes.
+    `series_ids`: also a `series_id` column numbering the distinct label sets.
     """
     keys: dict[str, int] = {}
     all_labels: list[dict[str, str]] = []
@@ -317,7 +323,8 @@ def series_frame(
             ids = pl.Series(mapping, dtype=pl.Int64)
             parts.append(chunk.samples.with_columns(series=ids.gather(chunk.samples["series"])))
     if not parts:
-        return pl.DataFrame(schema=METRIC_SAMPLES)
+        empty = pl.DataFrame(schema=METRIC_SAMPLES)
+        return empty.with_columns(series_id=pl.lit(0, pl.Int64)).clear() if series_ids else empty
     histograms = {
         s.get("__name__", "").removesuffix("_bucket")
         for s in all_labels
@@ -354,8 +361,9 @@ def series_frame(
             source=pl.lit(source, dtype=pl.String),
             deployment=pl.lit(deployment, dtype=pl.String),
             value=samples["v"],
+            **({"series_id": samples["series"]} if series_ids else {}),
         )
-        .select(METRIC_SAMPLES.names())
+        .select([*METRIC_SAMPLES.names(), *(["series_id"] if series_ids else [])])
     )
 
 

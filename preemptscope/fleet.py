@@ -292,7 +292,7 @@ def fleet_assumptions(options: FleetOptions) -> list[str]:
     days = (options.end - options.start).total_seconds() / 86400
     if options.window_s is None:
         why = (
-            f"chosen for a {days:.3g}-day range (the shortest of 1 min, 5 min, 15 min, 1 h, "
+            f"chosen for a {days:.2g}-day range (the shortest of 1 min, 5 min, 15 min, 1 h, "
             f"6 h, 1 day giving at most {MAX_AUTO_WINDOWS:,} windows; --window sets it)"
         )
     else:

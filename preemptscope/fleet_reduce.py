@@ -36,7 +36,7 @@ from preemptscope.analysis import latency
 from preemptscope.analysis.analyze import HISTOGRAM_KINDS
 from preemptscope.analysis.events import RESTART_COUNTERS
 from preemptscope.analysis.params import AnalysisParams
-from preemptscope.analysis.report import LatencyStats
+from preemptscope.analysis.report import LatencyMetric, LatencyStats
 from preemptscope.analysis.windows import (
     M_GENERATION_TOKENS,
     M_KV,
@@ -261,13 +261,15 @@ def server_windows(
     """One server's windows from its reduced answers, reading raw what they cannot give."""
     w_us = params.window_us
 
-    def frame(chunks: list[promapi.RawSamples]) -> pl.DataFrame:
-        rows = promapi.series_frame(chunks, source=source, deployment=deployment, drop=drop)
+    def frame(chunks: list[promapi.RawSamples], ids: bool = False) -> pl.DataFrame:
+        rows = promapi.series_frame(
+            chunks, source=source, deployment=deployment, drop=drop, series_ids=ids
+        )
         return rows.with_columns(
             win=(pl.col("timestamp").dt.epoch("us") - 1) // w_us  # t = e or e - 1 ms: (s, e]
         )
 
-    lasts = frame(reduced.lasts)
+    lasts = frame(reduced.lasts, ids=True)
     maxima, sums, counts = frame(reduced.maxima), frame(reduced.sums), frame(reduced.counts)
     lo_s, hi_s = start.timestamp(), end.timestamp()
     w_s = w_us / 1e6
@@ -277,19 +279,19 @@ def server_windows(
         {int(k) for k, v in scrapes_q.items() if v and v > 0} | set(lasts["win"].unique())
     )
     if not nonempty:
-        none = lasts.clear().drop("win")
+        none = lasts.clear().drop("win", "series_id")
         return ServerWindows(pl.DataFrame(), none, none, set(), set())
     present = set(nonempty)
     first, last = nonempty[0], nonempty[-1]
     suspect: set[int] = {first, last}
     # A series missing from a window that has samples (a target that stopped mid-window, a
     # staleness marker, a series that appeared late).
-    width = lasts.select(pl.struct([*latency.SERIES_KEYS, "metric", "sample", "le"])).n_unique()
     per_win = dict(lasts.group_by("win").len().iter_rows())
+    width = max(per_win.values(), default=0)
     suspect |= {k for k in nonempty if per_win.get(k, 0) < width}
     # A value that went down or a `_created` that changed between two window values: a restart.
-    keyed = lasts.sort("timestamp").with_columns(
-        prev=pl.col("value").shift(1).over([*latency.SERIES_KEYS, "metric", "sample", "le"])
+    keyed = lasts.sort("series_id", "timestamp").with_columns(
+        prev=pl.col("value").shift(1).over("series_id")
     )
     moved = (pl.col("value") < pl.col("prev")) | (
         (pl.col("sample") == "created") & (pl.col("value") != pl.col("prev"))
@@ -337,13 +339,16 @@ def server_windows(
                 & (pl.col("type") != "gauge")
                 & (pl.col("type") != "info")
             ),
-            lasts.filter(~pl.col("win").is_in(sorted(raw))).drop("win"),
+            lasts.filter(~pl.col("win").is_in(sorted(raw))).drop("win", "series_id"),
         ],
         how="vertical",
     ).sort("timestamp", maintain_order=True)
     # Windows with data as the raw samples would have them: raw windows by their samples.
     floor_win = pl.col("timestamp").dt.epoch("us") // w_us
-    raw_data = set(sampled.select(floor_win.alias("w"))["w"].unique().to_list()) & raw
+    # (a gauge's window by floor, a counter's by the pair convention: a scrape at exactly e
+    # ends the pair of the window before)
+    held = sampled.select(pl.concat([floor_win, counter_win]).alias("w"))["w"].unique()
+    raw_data = set(held.to_list()) & raw
     data = sorted((present - raw) | raw_data)
     gauges = _gauges(maxima, sums, counts, sampled, data, raw, params)
     bounds = [(_at(k * w_s), _at((k + 1) * w_s)) for k in data]
@@ -364,7 +369,7 @@ def server_windows(
     # compared with the previous window's value (exact; its time is not used).
     starts = [previous[a] for a, _ in runs(raw | hot) if a in previous and previous[a] not in raw]
     before = lasts.filter(pl.col("win").is_in(starts) & (pl.col("metric") == M_PREEMPTIONS))
-    ev_frame = pl.concat([samples, before.drop("win")], how="vertical").sort(
+    ev_frame = pl.concat([samples, before.drop("win", "series_id")], how="vertical").sort(
         "timestamp", maintain_order=True
     )
     evidence = metric_evidence_times(ev_frame, params)
@@ -542,15 +547,18 @@ def group_windows(
             for c, dtype in METRIC_WINDOW_COLUMNS.items()
         ]
     )
-    by_win: dict[int, dict[str, LatencyStats]] = {k: {} for k in data}
     with_buckets = {m for m, part in by_metric.items() if (part["sample"] == "bucket").any()}
+    # Each kind's first histogram present, as latency.histogram_metric picks it.
+    names: dict[LatencyMetric, str] = {}
     for kind in HISTOGRAM_KINDS:
-        # The kind's first histogram present, as latency.histogram_metric picks it.
         name = next((n for n in latency.HISTOGRAM_METRICS[kind] if n in with_buckets), None)
-        if name is None:
-            continue
-        found = latency.histogram_windows_stats(of(name), name, bounds)
-        for k, stats in zip(data, found, strict=True):
+        if name is not None:
+            names[kind] = name
+    histograms = pl.concat([of(n) for n in set(names.values())], how="vertical") if names else empty
+    found = latency.histograms_windows_stats(histograms, names, bounds)
+    by_win: dict[int, dict[str, LatencyStats]] = {k: {} for k in data}
+    for kind, stats_list in found.items():
+        for k, stats in zip(data, stats_list, strict=True):
             if stats is not None:
                 by_win[k][kind] = stats
     return MetricWindows(params.window_us, table, {k: v for k, v in by_win.items() if v})
