@@ -101,8 +101,8 @@ def test_request_lines_in_batches_give_the_batch_latency(tmp_path: Path) -> None
         )
     live_windows = live.analyze_now().deployments[0].windows
     (frames,) = reduce_paths([str(path)], deployment="prod", options=options)
-    batch = analyze([DeploymentInputs(name="prod", logs=[frames])], AnalysisParams(window_s=60))
-    batch_windows = batch.deployments[0].windows
+    report = analyze([DeploymentInputs(name="prod", logs=[frames])], AnalysisParams(window_s=60))
+    batch_windows = report.deployments[0].windows
     assert [w.latency for w in live_windows] == [w.latency for w in batch_windows]
     assert any(w.latency for w in live_windows)  # e2e of 30 s, from the joined pairs
     kept = sum(f["requests"].height for f in live._logs[("prod", str(path))])
