@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -108,22 +109,56 @@ def _file(size_mb: int, profile: str) -> Path:
     return path
 
 
-def _contenders(path: Path) -> list[tuple[str, list[str]]]:
+PACKAGES = ("preemptscope", "ingest", "analysis", "exporter", "dashboards")
+
+
+def _checkout(ref: str) -> Path:
+    """The packages of `ref`, unpacked outside the repository (scripts/check reads bench/)."""
+    name = ref.replace("/", "_").replace("~", "-")
+    target = Path(tempfile.gettempdir()) / f"preemptscope-bench-{name}"
+    if not target.exists():
+        target.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "archive", ref, *PACKAGES], check=True, capture_output=True, cwd=HERE.parent
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+def _cli(root: Path | None, *args: str) -> list[str]:
+    """argv running the CLI of this tree, or of a checkout at `root` (its packages shadow the
+    installed ones, as bench_parse_small.py does)."""
+    if root is None:
+        return [sys.executable, "-m", "preemptscope", *args]
+    code = (
+        "import sys, pathlib, importlib, preemptscope;"
+        f"root = pathlib.Path({str(root)!r});"
+        "preemptscope.__path__[:] = [str(root / 'preemptscope')];"
+        "[setattr(importlib.import_module('preemptscope.' + p), '__path__', [str(root / p)])"
+        " for p in ('ingest', 'analysis', 'exporter', 'dashboards')];"
+        "from preemptscope import cli;"
+        f"assert cli.__file__.startswith({str(root)!r}), cli.__file__;"
+        f"sys.exit(cli.main({list(args)!r}))"
+    )
+    return [sys.executable, "-c", code]
+
+
+def _contenders(path: Path, before: Path | None) -> list[tuple[str, list[str]]]:
     py = sys.executable
     here = str(Path(__file__))
-    return [
-        ("preemptscope report --json", [py, "-m", "preemptscope", "report", str(path), "--json"]),
-        (
-            "preemptscope parse --json",
-            [py, "-m", "preemptscope", "parse", str(path), "--json", "--quiet"],
-        ),
+    runs = [
+        ("preemptscope report --json", _cli(None, "report", str(path), "--json")),
+        ("preemptscope parse --json", _cli(None, "parse", str(path), "--json", "--quiet")),
         ("DuckDB regexp_extract", [py, here, "--inner", "duckdb", "--path", str(path)]),
     ]
+    if before is not None:
+        runs.append(("report --json before", _cli(before, "report", str(path), "--json")))
+    return runs
 
 
-def _table(path: Path, repeat: int) -> list[Run]:
+def _table(path: Path, repeat: int, before: Path | None = None) -> list[Run]:
     size_mb = path.stat().st_size / 1e6
-    runs = [measure(name, argv, repeat) for name, argv in _contenders(path)]
+    runs = [measure(name, argv, repeat) for name, argv in _contenders(path, before)]
     parse = runs[1]
     print(f"\nfile: {path.name}, {size_mb:.0f} MB, cpus={os.cpu_count()}")
     print("| contender | wall s | MB/s | CPU s | peak RSS MB | x parse --json |")
@@ -150,6 +185,7 @@ def main() -> None:
         help="comma list of gen_logs.py profiles: mixed (three eras), v1-requests",
     )
     parser.add_argument("--keep", action="store_true", help="keep generated files")
+    parser.add_argument("--compare", help="git ref whose report --json runs beside this one")
     parser.add_argument("--inner", choices=["duckdb"], help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -159,13 +195,13 @@ def main() -> None:
     made: list[Path] = []
     results: list[dict[str, object]] = []
     profiles = [p for p in args.profile.split(",") if p]
+    before = _checkout(args.compare) if args.compare else None
     for profile in profiles:
         for size in [int(s) for s in args.size_mb.split(",") if s]:
             path = _file(size, profile)
             made.append(path)
-            runs = _table(path, args.repeat)
+            runs = _table(path, args.repeat, before)
             results.extend(asdict(r) | {"output": r.output[:200], "profile": profile} for r in runs)
-    py = sys.executable
     rss_sizes = [int(s) for s in args.rss_sizes.split(",") if s]
     if rss_sizes:
         print(
@@ -175,10 +211,8 @@ def main() -> None:
     for size in rss_sizes:
         sized = _file(size, profiles[0])
         made.append(sized)
-        report = measure("report", [py, "-m", "preemptscope", "report", str(sized), "--json"])
-        parse = measure(
-            "parse", [py, "-m", "preemptscope", "parse", str(sized), "--json", "--quiet"]
-        )
+        report = measure("report", _cli(None, "report", str(sized), "--json"))
+        parse = measure("parse", _cli(None, "parse", str(sized), "--json", "--quiet"))
         print(
             f"| {size} MB | {report.wall_s:.2f} | {report.peak_rss_mb:.0f} | {parse.wall_s:.2f}"
             f" | {parse.peak_rss_mb:.0f} |"

@@ -69,6 +69,14 @@ def ansi_brackets(size: int) -> list[str]:
     return [line] * max(1, size // per)
 
 
+def bare_literal(size: int) -> list[str]:
+    """4 KB lines without an envelope made of a catalogue literal and symbols (found by
+    bench/hostile_search.py): each may be a hard-wrap's first half, so the next is joined."""
+    unit = "1.{non-default args: '"
+    line = _repeat(unit, 4_096)
+    return [line] * max(1, size // len(line))
+
+
 def stats_digits(size: int) -> list[str]:
     """128 KB of digits after a stats prefix (`[\\d.]+` runs and the fields after them)."""
     per = min(size, 128_000)
@@ -113,6 +121,7 @@ CLASSES: dict[str, Callable[[int], list[str]]] = {
     "config_line": config_line,
     "non_default_args": non_default_args,
     "ansi_brackets": ansi_brackets,
+    "bare_literal": bare_literal,
     "stats_digits": stats_digits,
     "stats_digits_prompt": stats_digits_prompt,
     "headers_prompt": headers_prompt,

@@ -42,12 +42,15 @@ def load_reference(rev: str) -> Any:
 
 
 def load_modules(rev: str) -> dict[str, types.ModuleType]:
-    """The simulator's config, steps and engine modules and analysis/advice.py as of `rev`."""
+    """The simulator's config, steps, batch and engine modules and analysis/advice.py at `rev`."""
     tag = git("rev-parse", "--short", rev).strip()
     loaded: dict[str, str] = {}
-    for name in ("config", "steps", "engine", "advice"):
+    for name in ("config", "steps", "batch", "engine", "advice"):
         path = "analysis/advice.py" if name == "advice" else f"analysis/sim/{name}.py"
-        source = git("show", f"{rev}:{path}")
+        try:
+            source = git("show", f"{rev}:{path}")
+        except subprocess.CalledProcessError:
+            continue  # not in that commit (batch.py came with the speed work)
         for other, module_name in loaded.items():  # the reference's own modules, not ours
             source = source.replace(f"{SIM}.{other} import", f"{module_name} import")
         module_name = f"_sim_{tag}_{name}"

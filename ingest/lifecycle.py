@@ -63,14 +63,21 @@ _EVENT_COLUMNS = ["source", "line", "pid", "deployment", "timestamp", "event", "
 
 def _events(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per (event, id): `Aborted request(s) a,b.` stands for each id."""
-    return (
-        requests.filter(pl.col("timestamp").is_not_null() & pl.col("request_id").is_not_null())
-        .with_columns(pl.col("request_id").str.split(","))
-        .explode("request_id")
-        .with_columns(pl.col("request_id").str.strip_chars().str.strip_chars_end("."))
-        .filter(pl.col("request_id") != "")
-        .select(_EVENT_COLUMNS)
-    )
+    rows = requests.filter(
+        pl.col("timestamp").is_not_null() & pl.col("request_id").is_not_null()
+    ).select(_EVENT_COLUMNS)
+    listed = rows["request_id"].str.contains(",", literal=True)
+    if listed.any():
+        # Only the rows that list ids are split (exploding every row copies every row).
+        lists = (
+            rows.filter(listed)
+            .with_columns(pl.col("request_id").str.split(","))
+            .explode("request_id")
+        )
+        rows = pl.concat([rows.filter(~listed), lists])
+    return rows.with_columns(
+        pl.col("request_id").str.strip_chars().str.strip_chars_end(".")
+    ).filter(pl.col("request_id") != "")
 
 
 def _fold_ids(

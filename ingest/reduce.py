@@ -26,6 +26,7 @@ from preemptscope.ingest.schema import ARRIVALS, JOINED, LogFrames
 __all__ = ["UNRECOGNIZED_KEPT", "LogReducer", "reduce_paths"]
 
 UNRECOGNIZED_KEPT = 1_000
+COMPACT_EVERY = 16  # chunks between two compactions of what is kept
 _DROPPED = ("access", "other")  # counted, never read by the analysis
 
 
@@ -113,22 +114,48 @@ def reduce_paths(
     options = options or ParseOptions()
     reducer = LogReducer()
     results: dict[str, LogFrames] = {}
-    found: list[tuple[pl.DataFrame, pl.DataFrame]] = []
+    # Per file, the ARRIVALS and JOINED rows of the requests that started in it (a join may
+    # settle a request in a later file).
+    rows: dict[str, tuple[list[pl.DataFrame], list[pl.DataFrame]]] = {}
+
+    def keep(source: str, slot: int, part: pl.DataFrame) -> None:
+        parts = rows.setdefault(source, ([], []))[slot]
+        parts.append(part)
+        if len(parts) >= COMPACT_EVERY:
+            # Small frames kept between the big ones each chunk allocates and frees pin
+            # their pages: one contiguous frame now and then keeps the resident size flat.
+            parts[:] = [pl.concat(parts, rechunk=True)]
+
+    def route(arrivals: pl.DataFrame, joined: pl.DataFrame) -> None:
+        for frame, slot in ((arrivals, 0), (joined, 1)):
+            if frame.height == 0:
+                continue
+            sources = frame["source"]
+            if sources.n_unique() == 1:  # the usual case: the file being read
+                keep(str(sources[0]), slot, frame.drop("source"))
+                continue
+            for (source,), part in frame.group_by("source"):
+                keep(str(source), slot, part.drop("source"))
+
     # The join runs in its own thread, one chunk behind the dating of the next (Polars
     # releases the GIL): both are sequential, neither waits for the other. At most two
     # chunks wait for it, so memory stays flat.
     with ThreadPoolExecutor(max_workers=1) as joiner:
         pending: deque[tuple[str, Future[tuple[LogFrames, pl.DataFrame, pl.DataFrame]]]] = deque()
+        done = [0]  # chunks collected
 
         def collect(limit: int) -> None:
             while len(pending) > limit:
                 path, future = pending.popleft()
                 piece, arrivals, joined = future.result()
-                found.append((arrivals, joined))
+                route(arrivals, joined)
                 if path in results:
                     results[path].extend(piece)
                 else:
                     results[path] = piece
+                done[0] += 1
+                if done[0] % COMPACT_EVERY == 0:
+                    results[path].rechunk()
 
         for path in sorted(dict.fromkeys(paths), key=lambda p: (_mtime(p), p)):
             for part in iter_parse_path(
@@ -139,26 +166,14 @@ def reduce_paths(
             collect(0)
             if path not in results:
                 results[path] = LogFrames(source=path, deployment=deployment, timezone=options.tz)
-    found.append(reducer.close())
-    # Rows go to the file their request started in (a join may settle it in a later file).
-    pieces: dict[str, tuple[list[pl.DataFrame], list[pl.DataFrame]]] = {
-        p: ([], []) for p in results
-    }
-    for arrivals, joined in found:
-        for frame, slot in ((arrivals, 0), (joined, 1)):
-            if frame.height == 0:
-                continue
-            for (source,), rows in frame.group_by("source"):
-                if str(source) in pieces:
-                    pieces[str(source)][slot].append(rows.drop("source"))
+    route(*reducer.close())
     for path, frames in results.items():
-        arrived, ended = pieces[path]
-        frames.arrivals = _sorted(arrived, ARRIVALS, "timestamp")
-        frames.joined = _sorted(ended, JOINED, "start")
+        arrived, ended = rows.get(path, ([], []))
+        frames.arrivals = _concat(arrived, ARRIVALS)
+        frames.joined = _concat(ended, JOINED)
     return [results[p] for p in dict.fromkeys(paths)]
 
 
-def _sorted(parts: list[pl.DataFrame], schema: pl.Schema, by: str) -> pl.DataFrame:
-    if not parts:
-        return pl.DataFrame(schema=schema)
-    return pl.concat(parts).sort(by, "line").cast(schema)
+def _concat(parts: list[pl.DataFrame], schema: pl.Schema) -> pl.DataFrame:
+    """One frame of a file's rows, in the order the join settled them (readers sort)."""
+    return pl.concat(parts, rechunk=True) if parts else pl.DataFrame(schema=schema)

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+
+# Polars' allocator (jemalloc) keeps freed pages for 10 s by default: streaming a log frees a
+# chunk's worth every fraction of a second, so the resident size grew with the file. Freed
+# pages go back after a second (at once cost four times the system time); read when Polars
+# loads, so before any subcommand imports it; a setting of the user's own wins.
+# docs/benchmarks.md has the figures.
+os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:1000,muzzy_decay_ms:0")
 
 from preemptscope import __version__
 from preemptscope.errors import PreemptscopeError

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 from preemptscope.analysis.kvmodel import GIB, kv_bytes_per_token, weights_gib
 from preemptscope.analysis.sim.config import SimConfig
@@ -220,7 +221,9 @@ class ObservedLoad:
     request_rate: float
     mean_prompt_tokens: float
     mean_output_tokens: float
-    arrivals: list[float]  # seconds from the first stats record; empty when unknown
+    # Seconds from the first stats record, sorted (an array: a long log has millions); empty
+    # when unknown.
+    arrivals: npt.NDArray[np.float64]
     basis: str  # how it was estimated, quoted to the user
 
 
@@ -243,15 +246,13 @@ def observed_load(
     duration = float(times[-1] - times[0])
     prompt_tokens = float((frame["prompt_throughput"].fill_null(0).to_numpy()[1:] * gaps).sum())
     gen_tokens = float((frame["generation_throughput"].fill_null(0).to_numpy()[1:] * gaps).sum())
-    arrival_list: list[float] = []
+    arrival_times = np.empty(0, dtype=np.float64)
     if arrivals is not None and arrivals.len():
         arr = arrivals.drop_nulls().dt.epoch("us").cast(pl.Float64).to_numpy() / 1e6
-        inside = np.sort(arr[(arr >= times[0]) & (arr <= times[-1])]) - times[0]
-        # A list of floats, as the replay reads it; the array stays (it is what costs).
-        arrival_list = inside.tolist()
-    if arrival_list:
-        count = float(len(arrival_list))
-        basis = f"{len(arrival_list)} request lines; token totals from stats throughputs"
+        arrival_times = np.sort(arr[(arr >= times[0]) & (arr <= times[-1])]) - times[0]
+    if len(arrival_times):
+        count = float(len(arrival_times))
+        basis = f"{len(arrival_times)} request lines; token totals from stats throughputs"
     elif output_tokens:
         count = gen_tokens / output_tokens
         basis = f"generation total / assumed {output_tokens:g} output tokens per request"
@@ -267,7 +268,7 @@ def observed_load(
         request_rate=count / duration,
         mean_prompt_tokens=max(1.0, prompt_tokens / count),
         mean_output_tokens=max(1.0, gen_tokens / count),
-        arrivals=arrival_list,
+        arrivals=arrival_times,
         basis=basis,
     )
 
@@ -276,7 +277,7 @@ def workload_from_observed(load: ObservedLoad, *, seed: int = 0, cv: float = 0.6
     """A replayable workload matching an observed load (lognormal lengths around the means)."""
     prompt = LengthDist("lognormal", load.mean_prompt_tokens, cv, 1, 1_000_000)
     output = LengthDist("lognormal", load.mean_output_tokens, cv, 1, 1_000_000)
-    if load.arrivals:
+    if len(load.arrivals):
         rng = np.random.default_rng(seed)
         n = len(load.arrivals)
         return Workload(

@@ -53,3 +53,57 @@ def test_counter_delta_reads_a_drop_as_a_restart() -> None:
     assert counter_delta(None, 50) == 0  # first sight: a baseline, not an increase
     assert counter_delta(50, 80) == 30
     assert counter_delta(80, 5) == 5
+
+
+def test_request_lines_in_batches_give_the_batch_latency(tmp_path: Path) -> None:
+    # The follower hands over a few lines at a time: requests that start in one batch and
+    # finish in a later one are joined (the batch path's reducer), and no request row stays.
+    from preemptscope.analysis.analyze import DeploymentInputs, analyze
+    from preemptscope.analysis.params import AnalysisParams
+    from preemptscope.ingest.logs import ParseState
+    from preemptscope.ingest.reduce import reduce_paths
+
+    stats = (
+        "INFO 03-14 09:{m:02d}:{s:02d} metrics.py:349] Avg prompt throughput: 10.0 tokens/s, "
+        "Avg generation throughput: 20.0 tokens/s, Running: 3 reqs, Swapped: 0 reqs, Pending: 0 "
+        "reqs, GPU KV cache usage: 40.0%, CPU KV cache usage: 0.0%."
+    )
+    lines = []
+    for i in range(40):
+        m, s = divmod(i * 10, 60)
+        lines.append(stats.format(m=m, s=s))
+        lines.append(
+            f"INFO 03-14 09:{m:02d}:{s:02d} logger.py:37] Received request cmpl-{i}: "
+            "prompt: 'hi', params: SamplingParams(n=1)."
+        )
+        if i >= 3:
+            lines.append(
+                f"INFO 03-14 09:{m:02d}:{s:02d} async_llm_engine.py:140] "
+                f"Finished request cmpl-{i - 3}."
+            )
+    path = tmp_path / "vllm.log"
+    path.write_text("\n".join(lines) + "\n")
+    options = ParseOptions(reference_time=WHEN)
+    live = LiveState(["prod"], window_s=60, history_s=7200, clock="data")
+    state = ParseState()
+    for start in range(0, len(lines), 7):
+        batch = lines[start : start + 7]
+        live.add_log_batch(
+            parse_lines(
+                batch,
+                source=str(path),
+                deployment="prod",
+                first_line=start + 1,
+                options=options,
+                state=state,
+                final=start + 7 >= len(lines),
+            )
+        )
+    live_windows = live.analyze_now().deployments[0].windows
+    (frames,) = reduce_paths([str(path)], deployment="prod", options=options)
+    report = analyze([DeploymentInputs(name="prod", logs=[frames])], AnalysisParams(window_s=60))
+    batch_windows = report.deployments[0].windows
+    assert [w.latency for w in live_windows] == [w.latency for w in batch_windows]
+    assert any(w.latency for w in live_windows)  # e2e of 30 s, from the joined pairs
+    kept = sum(f["requests"].height for f in live._logs[("prod", str(path))])
+    assert kept < 40

@@ -32,6 +32,7 @@ EXPECTED = {
     "config_line": {"config"},
     "non_default_args": {"config"},
     "ansi_brackets": {"unrecognized"},
+    "bare_literal": {"unrecognized"},
     "stats_digits": {"scheduler_stats"},
     "stats_digits_prompt": {"requests"},
     "headers_prompt": {"requests"},

@@ -190,3 +190,32 @@ def test_stats_rest_is_the_same_in_polars_and_per_record(texts: list[str]) -> No
         return [row["extra"] for row in out.rows["scheduler_stats"]]
 
     assert rests(-1) == rests(1 << 30)
+
+
+def _reference_find_header(text: str, pos: int) -> tuple[int, str | None, int] | None:
+    """_find_header as it was: timestamp searches, each checked by the header pattern."""
+    while True:
+        stamp = _lines.TIMESTAMP_RE.search(text, pos)
+        if stamp is None:
+            return None
+        at = stamp.start()
+        match = _lines._HEADER_AT_RE.match(text, at)
+        if match is not None:
+            for level in cat.LEVELS:
+                if text.endswith(level + " ", pos, at):
+                    return at - len(level) - 1, level, match.end()
+            return at, None, match.end()
+        pos = at + 1
+
+
+HEADER_PIECES = st.sampled_from(
+    ["01-15 14:00:00 ", "[a.py:1] ", "a.py:1] ", "INFO ", "WARNING ", "  ", "x", "1", "]", "\u0661"]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(HEADER_PIECES, max_size=12).map("".join), st.integers(0, 3))
+def test_the_first_header_is_found_where_it_was(text: str, pos: int) -> None:
+    found = _lines._find_header(text, pos)
+    got = None if found is None else (found[0], found[1], found[2].end())
+    assert got == _reference_find_header(text, pos)

@@ -112,11 +112,13 @@ def test_shortcuts_are_exact(case: tuple[Workload, SimConfig]) -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases(), st.integers(1, 300))
-def test_a_cap_above_the_peak_changes_nothing(case: tuple[Workload, SimConfig], extra: int) -> None:
+@given(cases(), st.integers(1, 300), st.booleans())
+def test_a_cap_above_the_peak_changes_nothing(
+    case: tuple[Workload, SimConfig], extra: int, tokens: bool
+) -> None:
     """The advice skips replaying a max_num_seqs that never binds: the run is bit-identical."""
     workload, config = case
-    now = simulate(workload, config, record_tokens=True)
+    now = simulate(workload, config, record_tokens=tokens)
     peak = peak_running(now)
     if peak >= config.max_num_seqs:
         return  # the cap bound: another cap may change the run
@@ -127,7 +129,7 @@ def test_a_cap_above_the_peak_changes_nothing(case: tuple[Workload, SimConfig], 
     )
     if other.max_num_batched_tokens != config.max_num_batched_tokens:
         return  # the token budget is another setting
-    again = simulate(workload, other, record_tokens=True)
+    again = simulate(workload, other, record_tokens=tokens)
     assert differences(fingerprint(now), fingerprint(again)) == []
 
 
@@ -139,18 +141,18 @@ def test_tensor_and_pipeline_parallel_over_the_same_gpus_share_a_key() -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases(), st.floats(0.0, 1.0))
+@given(cases(), st.floats(0.0, 1.0), st.booleans())
 def test_a_budget_above_what_the_run_needed_changes_nothing(
-    case: tuple[Workload, SimConfig], where: float
+    case: tuple[Workload, SimConfig], where: float, tokens: bool
 ) -> None:
     """The advice skips replaying a smaller max_num_batched_tokens the run never needed."""
     workload, config = case
-    now = simulate(workload, config, record_tokens=True)
+    now = simulate(workload, config, record_tokens=tokens)
     low = max(now.budget_needed, config.max_num_seqs)
     if low >= config.max_num_batched_tokens:
         return  # the budget bound, or there is nothing smaller to try
     budget = low + int(where * (config.max_num_batched_tokens - 1 - low))
     again = simulate(
-        workload, dataclasses.replace(config, max_num_batched_tokens=budget), record_tokens=True
+        workload, dataclasses.replace(config, max_num_batched_tokens=budget), record_tokens=tokens
     )
     assert differences(fingerprint(now), fingerprint(again)) == []
