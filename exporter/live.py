@@ -10,6 +10,7 @@ resets (the value went down), never as negative increments.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -289,6 +290,16 @@ class LiveState:
             for name, parts in self._metrics.items():
                 self._metrics[name] = [_prune_metrics(parts, cutoff)] if parts else []
             logs = {key: list(batches) for key, batches in self._logs.items()}
+            # Open requests whose end was logged (a `Generated response` line) count with the
+            # end seen so far, as the batch path's close() gives them at the end of a file.
+            for key, batches in logs.items():
+                reducer = self._reducers.get(key)
+                if reducer is None or not batches or reducer.join.provisional.is_empty():
+                    continue
+                last = batches[-1]
+                extra = reducer.join.provisional.drop("source")
+                joined = extra if last.joined is None else pl.concat([last.joined, extra])
+                batches[-1] = dataclasses.replace(last, joined=joined)
             metrics = {name: list(parts) for name, parts in self._metrics.items()}
             names = list(dict.fromkeys([*self._order, *self.totals]))
         inputs = []

@@ -307,6 +307,10 @@ class RequestJoin:
         self._received = False
         self.evicted = 0  # requests settled early because MAX_OPEN were open
         self.open_requests = 0
+        # JOINED rows (with `source`) of the open requests that have an end so far (a
+        # `Generated response` line, an abort): what close() would give them now. The live
+        # service shows them; the batch path closes the join instead.
+        self.provisional = pl.DataFrame(schema=JOINED)
 
     def add(self, requests: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         fresh = _events(requests)
@@ -366,6 +370,7 @@ class RequestJoin:
         )
         joined = _joined(sessions.filter(pl.col("_done"))).select(list(JOINED))
         self.open_requests = still.height
+        self.provisional = _joined(still).select(list(JOINED)).cast(JOINED)
         keep = [*_EVENT_COLUMNS, "key", "_old"]
         open_simple = still.filter(pl.col("session") == 0).select("deployment", "key")
         self._open = pl.concat(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from preemptscope.exporter.live import LiveState, counter_delta
 from preemptscope.ingest.logs import ParseOptions, parse_lines
 
@@ -55,7 +56,16 @@ def test_counter_delta_reads_a_drop_as_a_restart() -> None:
     assert counter_delta(80, 5) == 5
 
 
-def test_request_lines_in_batches_give_the_batch_latency(tmp_path: Path) -> None:
+ENDS = {
+    "finished": "async_llm_engine.py:140] Finished request cmpl-{i}.",
+    # V1 with --enable-log-outputs: nothing closes the request after this line, so the live
+    # service shows it with the end seen so far, as the batch path does at the end of a file.
+    "generated": "[logger.py:71] Generated response cmpl-{i}: output: 'ok', finish_reason: stop",
+}
+
+
+@pytest.mark.parametrize("end", sorted(ENDS))
+def test_request_lines_in_batches_give_the_batch_latency(tmp_path: Path, end: str) -> None:
     # The follower hands over a few lines at a time: requests that start in one batch and
     # finish in a later one are joined (the batch path's reducer), and no request row stays.
     from preemptscope.analysis.analyze import DeploymentInputs, analyze
@@ -77,10 +87,7 @@ def test_request_lines_in_batches_give_the_batch_latency(tmp_path: Path) -> None
             "prompt: 'hi', params: SamplingParams(n=1)."
         )
         if i >= 3:
-            lines.append(
-                f"INFO 03-14 09:{m:02d}:{s:02d} async_llm_engine.py:140] "
-                f"Finished request cmpl-{i - 3}."
-            )
+            lines.append(f"INFO 03-14 09:{m:02d}:{s:02d} " + ENDS[end].format(i=i - 3))
     path = tmp_path / "vllm.log"
     path.write_text("\n".join(lines) + "\n")
     options = ParseOptions(reference_time=WHEN)
