@@ -109,14 +109,19 @@ def measure(argv: list[str]) -> tuple[dict[str, Any], float, float]:
 
 
 def profile(url: str, start: datetime, end: datetime, window: str | None) -> None:
-    """The whole fleet report in-process under pyinstrument (printed to stderr)."""
-    from pyinstrument import Profiler
+    """The whole fleet report in-process under pyinstrument (printed to stderr).
+
+    pyinstrument is not a dependency (`pip install pyinstrument` to use --profile).
+    """
+    import importlib
 
     from preemptscope.cli import main as cli
 
+    profiler_class = importlib.import_module("pyinstrument").Profiler
+
     argv = ["report", "--prometheus", url, "--start", start.isoformat(), "--end",
             end.isoformat(), "--prometheus-timeout", "600s", "--json"]  # fmt: skip
-    profiler = Profiler()
+    profiler = profiler_class()
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
         profiler.start()
         cli([*argv, *(["--window", window] if window else [])])
