@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 
 # Siblings in bench/ (not a package): mypy cannot follow them.
 import hostile  # type: ignore[import-not-found]  # noqa: E402
-from bench_parse import Run, measure  # type: ignore[import-not-found]  # noqa: E402
+from bench_parse import Run, checkout, measure  # type: ignore[import-not-found]  # noqa: E402
 
 # One real record first: a file with none is refused as "not a vLLM log" before anything
 # else is reported (preemptscope/sniff.py).
@@ -82,22 +82,6 @@ def child(path: str, one_line: str, command: str, repeat: int, root: str | None)
             raise SystemExit(f"{command} {path}: exit {code}")
         best = min(best, (time.perf_counter() - wall, time.process_time() - cpu))
     print(json.dumps({"wall_s": best[0], "cpu_s": best[1]}))
-
-
-def _checkout(ref: str) -> Path:
-    """The preemptscope/ and ingest/ packages of `ref`, unpacked in the temp directory."""
-    name = ref.replace("/", "_").replace("~", "-")
-    target = Path(tempfile.gettempdir()) / f"preemptscope-hostile-{name}"
-    if not target.exists():
-        target.mkdir(parents=True)
-        archive = subprocess.run(
-            ["git", "archive", ref, "ingest", "preemptscope"],
-            check=True,
-            capture_output=True,
-            cwd=HERE.parent,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-    return target
 
 
 def _timed(
@@ -156,7 +140,7 @@ def main() -> None:
         child(args.child[0], args.child[1], args.child[2], int(args.child[3]), root)
         return
     commands = ["parse", "report"] if args.report else ["parse"]
-    other = _checkout(args.compare) if args.compare else None
+    other = checkout(args.compare) if args.compare else None
     if other is not None:
         commands.append("before")
     sizes = [float(x) for x in args.size_mb.split(",")]

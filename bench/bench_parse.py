@@ -112,10 +112,12 @@ def _file(size_mb: int, profile: str) -> Path:
 PACKAGES = ("preemptscope", "ingest", "analysis", "exporter", "dashboards")
 
 
-def _checkout(ref: str) -> Path:
-    """The packages of `ref`, unpacked outside the repository (scripts/check reads bench/)."""
+def checkout(ref: str) -> Path:
+    """The packages of git ref `ref`, unpacked once in the temp directory (outside the
+    repository: scripts/check reads bench/). bench_hostile.py and bench_parse_small.py use it
+    too: one directory per ref holds every package any of them needs."""
     name = ref.replace("/", "_").replace("~", "-")
-    target = Path(tempfile.gettempdir()) / f"preemptscope-bench-{name}"
+    target = Path(tempfile.gettempdir()) / f"preemptscope-ref-{name}"
     if not target.exists():
         target.mkdir(parents=True)
         archive = subprocess.run(
@@ -195,7 +197,7 @@ def main() -> None:
     made: list[Path] = []
     results: list[dict[str, object]] = []
     profiles = [p for p in args.profile.split(",") if p]
-    before = _checkout(args.compare) if args.compare else None
+    before = checkout(args.compare) if args.compare else None
     for profile in profiles:
         for size in [int(s) for s in args.size_mb.split(",") if s]:
             path = _file(size, profile)

@@ -25,6 +25,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
+sys.path.insert(0, str(HERE))
+
+# A sibling in bench/ (not a package): mypy cannot follow it.
+from bench_parse import checkout  # type: ignore[import-not-found]  # noqa: E402
 
 
 def _lines(count: int) -> list[str]:
@@ -87,23 +91,6 @@ def _child(args: argparse.Namespace) -> None:
     print(json.dumps(time_batches(lines, args.size, args.calls)))
 
 
-def _checkout(ref: str) -> Path:
-    """The ingest/ and preemptscope/ packages of `ref`, unpacked in the temp directory."""
-    # Outside the repository: scripts/check type-checks every .py file under bench/.
-    name = ref.replace("/", "_").replace("~", "-")
-    target = Path(tempfile.gettempdir()) / f"preemptscope-bench-{name}"
-    if not target.exists():
-        target.mkdir(parents=True)
-        archive = subprocess.run(
-            ["git", "archive", ref, "ingest", "preemptscope"],
-            check=True,
-            capture_output=True,
-            cwd=HERE.parent,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-    return target
-
-
 def _run_child(root: Path, lines_file: Path, size: int, calls: int) -> tuple[float, float, int]:
     """Run time_batches for the checkout at `root` (its packages shadow the installed ones)."""
     code = (
@@ -146,7 +133,7 @@ def main() -> None:
     lines_file = DATA / "bench-small-lines.txt"
     lines_file.write_text("\n".join(lines), encoding="utf-8")
     here_root = HERE.parent
-    other = _checkout(args.compare) if args.compare else None
+    other = checkout(args.compare) if args.compare else None
     print(f"{len(lines)} lines available, cpus={os.cpu_count()}, {args.calls} calls per size")
     if other is None:
         print("| lines per call | wall ms (median) | CPU ms per call | rows per call |")
