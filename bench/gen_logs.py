@@ -63,6 +63,19 @@ def _ts(moment: datetime) -> str:
     return moment.strftime("%m-%d %H:%M:%S")
 
 
+def _chat_access(prefix: str, rid: int) -> str:
+    """The access line of request `rid`'s chat completion (client address and port from it)."""
+    return ACCESS.format(
+        prefix=prefix,
+        a=rid % 200,
+        b=rid % 250,
+        port=30000 + rid % 30000,
+        method="POST",
+        path="/v1/chat/completions",
+        status="200 OK",
+    )
+
+
 def _docker(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond:06d}123Z "
 
@@ -85,15 +98,7 @@ def _v0(rng: random.Random, start: datetime, seconds: int) -> Iterator[str]:
             yield V0_RECEIVED.format(ts=ts, rid=rid)
             yield V0_ADDED.format(ts=ts, rid=rid)
             yield V0_FINISHED.format(ts=ts, rid=rid - 7)
-            yield ACCESS.format(
-                prefix="",
-                a=rid % 200,
-                b=rid % 250,
-                port=30000 + rid % 30000,
-                method="POST",
-                path="/v1/chat/completions",
-                status="200 OK",
-            )
+            yield _chat_access("", rid)
         if second % 300 in range(120, 124):  # a preemption burst every five minutes
             for _ in range(rng.randint(1, 3)):
                 counter += 50 if counter else 1
@@ -213,15 +218,7 @@ def _v1_requests(rng: random.Random, start: datetime, seconds: int) -> Iterator[
             ends.setdefault(second + rng.randint(2, 40), []).append(rid)
         for done in ends.pop(second, []):
             yield V1_GENERATED.format(ts=ts, rid=done)
-            yield ACCESS.format(
-                prefix="(APIServer pid=1) ",
-                a=done % 200,
-                b=done % 250,
-                port=30000 + done % 30000,
-                method="POST",
-                path="/v1/chat/completions",
-                status="200 OK",
-            )
+            yield _chat_access("(APIServer pid=1) ", done)
         if second % 10 == 0:
             yield V1_STATS.format(
                 prefix="(APIServer pid=1) ",

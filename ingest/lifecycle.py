@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 _STARTS = ["received", "added"]
-_TERMINAL = ["finished", "aborted", "failed"]
 _GROUP = ["deployment", "key", "session"]
 
 # A request with no line for this long (log time) is settled: its end, if any, came.
@@ -385,9 +384,7 @@ class RequestJoin:
 
 
 def _event_schema() -> dict[str, pl.DataType]:
-    from preemptscope.ingest.schema import REQUESTS
-
-    return {name: REQUESTS[name] for name in _EVENT_COLUMNS}
+    return {name: schema.REQUESTS[name] for name in _EVENT_COLUMNS}
 
 
 def _empty_out() -> tuple[pl.DataFrame, pl.DataFrame]:

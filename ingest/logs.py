@@ -349,8 +349,7 @@ def iter_parse_path(
     deployment: str | None = None,
     options: ParseOptions = ParseOptions(),
     chunk_bytes: int = CHUNK_BYTES,
-    summary_only: bool = False,
-    keep: frozenset[str] | None = None,
+    keep: frozenset[str] = ALL_KINDS,
     progress: Callable[[int], None] | None = None,
     workers: int | None = None,
     limits: ReadLimits | None = None,
@@ -360,9 +359,9 @@ def iter_parse_path(
     Chunks end only after a line that cannot continue on the next one (see
     _reader.safe_cut), so they are routed and extracted independently, `workers` at a time
     (Polars releases the GIL); timestamps are resolved in order in this thread.
-    With `summary_only`, requests/access/other rows are counted (LogFrames.summarized) but
-    not extracted: what `parse --json` needs, at a fraction of the cost; `keep` names the
-    bulky kinds to extract (default: all, or none with `summary_only`).
+    `keep` names the bulky kinds to extract (ALL_KINDS); the others of requests/access/other
+    are counted (LogFrames.summarized), not extracted: SUMMARY is what `parse --json` needs,
+    at a fraction of the cost, REDUCED what `report` needs.
     `progress` is called with the number of bytes of each chunk read. `limits` (default
     ReadLimits.from_env()) bound a line, an endless input and a .gz input (docs/frames.md).
     """
@@ -391,14 +390,13 @@ def iter_parse_path(
         next_line += batch.accounting.lines
         return frames
 
-    wanted = keep if keep is not None else SUMMARY if summary_only else ALL_KINDS
     with ThreadPoolExecutor(max_workers=threads) as pool:
         read_limits = limits or ReadLimits.from_env()
         max_line = read_limits.max_line_bytes
         for block in iter_blocks(name, chunk_bytes, _lines.may_continue, read_limits):
             if progress is not None:
                 progress(len(block.view))
-            in_flight.append(pool.submit(_route_chunk, block, previous, wanted, max_line))
+            in_flight.append(pool.submit(_route_chunk, block, previous, keep, max_line))
             previous = last_line(block.view)
             while len(in_flight) > threads:
                 yield finish(in_flight.popleft())

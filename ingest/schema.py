@@ -227,7 +227,7 @@ class LogFrames:
     log_era: str | None = None  # "v0", "v1", "mixed" or None when nothing tells
     timezone: str = "UTC"  # zone assumed for the log's own naive timestamps
     year_source: str | None = None  # "wrapper", "json", "mtime", "option", "now"
-    # Rows recognised but not extracted, per kind (only when parsed with summary_only=True:
+    # Rows recognised but not extracted, per kind (only when parsed with a `keep` of fewer kinds:
     # requests, access and other are then counted, not materialised).
     summarized: dict[str, int] = field(default_factory=dict)
     # Reduced while reading (ingest/reduce.py): the requests as ARRIVALS and JOINED rows, and

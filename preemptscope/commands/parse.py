@@ -32,7 +32,13 @@ from rich.text import Text
 from preemptscope import sniff
 from preemptscope.errors import ConfigError, InputError
 from preemptscope.ingest._reader import display_name
-from preemptscope.ingest.logs import ParseOptions, iter_log_paths, iter_parse_path
+from preemptscope.ingest.logs import (
+    ALL_KINDS,
+    SUMMARY,
+    ParseOptions,
+    iter_log_paths,
+    iter_parse_path,
+)
 from preemptscope.ingest.parquet import write_frames
 from preemptscope.ingest.schema import LogFrames
 from preemptscope.ingest.summary import LogSummary
@@ -191,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
                     path,
                     deployment=name,
                     options=options,
-                    summary_only=args.out is None,
+                    keep=ALL_KINDS if args.out is not None else SUMMARY,
                     progress=advance,
                 )
             ):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from preemptscope.ingest._reader import iter_chunks, safe_cut
-from preemptscope.ingest.logs import ParseOptions, iter_parse_path, parse_lines
+from preemptscope.ingest.logs import SUMMARY, ParseOptions, iter_parse_path, parse_lines
 from preemptscope.ingest.schema import LogFrames
 
 from .conftest import CORPUS, ERA_LOGS
@@ -54,7 +54,7 @@ def test_small_chunks_equal_one_batch(mixed_log: Path, chunk_bytes: int) -> None
 def test_summary_mode_counts_equal_full_counts(mixed_log: Path) -> None:
     full = _combined(list(iter_parse_path(mixed_log, options=OPTIONS, chunk_bytes=900)))
     summary = _combined(
-        list(iter_parse_path(mixed_log, options=OPTIONS, chunk_bytes=900, summary_only=True))
+        list(iter_parse_path(mixed_log, options=OPTIONS, chunk_bytes=900, keep=SUMMARY))
     )
     assert summary.record_counts() == full.record_counts()
     assert summary.accounting == full.accounting
