@@ -217,19 +217,10 @@ def metric_windows(
     def rate(value: float | None) -> float | None:
         return value / params.window_s if value is not None else None
 
-    def whole(value: float | None) -> int | None:
-        return round(value) if value is not None else None
-
     return pl.DataFrame(
         {
             "win": list(grid),
-            "m_kv_max": [x[0] for x in kv],
-            "m_kv_mean": [x[1] for x in kv],
-            "m_running_mean": [x[1] for x in running],
-            "m_running_max": [whole(x[0]) for x in running],
-            "m_waiting_mean": [x[1] for x in waiting],
-            "m_waiting_max": [whole(x[0]) for x in waiting],
-            "m_wfc_max": [whole(x[0]) for x in capacity],
+            **gauge_columns(kv, running, waiting, capacity),
             "m_scrapes": [scrapes.get(w) for w in grid],
             "m_preemptions": [whole(x) for x in preempted],
             "m_prompt_tp": [rate(x) for x in prompt],
@@ -239,6 +230,30 @@ def metric_windows(
         },
         schema=METRIC_WINDOW_COLUMNS,
     )
+
+
+Gauge = list[tuple[float | None, float | None]]  # (max, mean) per window
+
+
+def whole(value: float | None) -> int | None:
+    """A count read from a float sample (or a sum of them), rounded; None stays None."""
+    return round(value) if value is not None else None
+
+
+def gauge_columns(
+    kv: Gauge, running: Gauge, waiting: Gauge, capacity: Gauge
+) -> dict[str, list[float | None] | list[int | None]]:
+    """The gauge columns of METRIC_WINDOW_COLUMNS from per-window (max, mean) pairs: from raw
+    samples here, from Prometheus' reductions in preemptscope/fleet_reduce.py."""
+    return {
+        "m_kv_max": [x[0] for x in kv],
+        "m_kv_mean": [x[1] for x in kv],
+        "m_running_mean": [x[1] for x in running],
+        "m_running_max": [whole(x[0]) for x in running],
+        "m_waiting_mean": [x[1] for x in waiting],
+        "m_waiting_max": [whole(x[0]) for x in waiting],
+        "m_wfc_max": [whole(x[0]) for x in capacity],
+    }
 
 
 def metric_evidence_times(

@@ -47,7 +47,9 @@ from preemptscope.analysis.windows import (
     M_WAITING_BY_REASON,
     METRIC_WINDOW_COLUMNS,
     MetricWindows,
+    gauge_columns,
     metric_evidence_times,
+    whole,
 )
 from preemptscope.ingest import promapi
 from preemptscope.ingest.metrics import canonical_name
@@ -449,9 +451,6 @@ def _gauges(
         )
         return [exact.get(k, (None, None)) if k in raw else q.get(k, (None, None)) for k in data]
 
-    def whole(value: float | None) -> int | None:
-        return round(value) if value is not None else None
-
     kv, running, waiting = one(M_KV), one(M_RUNNING), one(M_WAITING)
     capacity = one(M_WAITING_BY_REASON, {"reason": "capacity"})
     floor_win = pl.col("timestamp").dt.epoch("us") // w_us
@@ -463,13 +462,7 @@ def _gauges(
     )
     q_scrapes = dict(counts.group_by("win").agg(pl.col("value").max()).iter_rows())
     return {
-        "m_kv_max": [x[0] for x in kv],
-        "m_kv_mean": [x[1] for x in kv],
-        "m_running_mean": [x[1] for x in running],
-        "m_running_max": [whole(x[0]) for x in running],
-        "m_waiting_mean": [x[1] for x in waiting],
-        "m_waiting_max": [whole(x[0]) for x in waiting],
-        "m_wfc_max": [whole(x[0]) for x in capacity],
+        **gauge_columns(kv, running, waiting, capacity),
         "m_scrapes": [raw_scrapes.get(k) if k in raw else whole(q_scrapes.get(k)) for k in data],
     }
 
@@ -502,7 +495,7 @@ def group_windows(
         {
             "win": list(data),
             "m_preemptions": [
-                round(x) if x is not None else None
+                whole(x)
                 for x in latency.counter_increases(of(M_PREEMPTIONS), M_PREEMPTIONS, bounds)
             ],
             "m_prompt_tp": [
