@@ -294,10 +294,11 @@ class LiveState:
             # end seen so far, as the batch path's close() gives them at the end of a file.
             for key, batches in logs.items():
                 reducer = self._reducers.get(key)
-                if reducer is None or not batches or reducer.join.provisional.is_empty():
+                pending = reducer.join.provisional() if reducer is not None else None
+                if pending is None or pending.is_empty() or not batches:
                     continue
                 last = batches[-1]
-                extra = reducer.join.provisional.drop("source")
+                extra = pending.drop("source")
                 joined = extra if last.joined is None else pl.concat([last.joined, extra])
                 batches[-1] = dataclasses.replace(last, joined=joined)
             metrics = {name: list(parts) for name, parts in self._metrics.items()}

@@ -87,13 +87,8 @@ def _fold_ids(
     `received`: whether the stream has `Received` lines at all (default: whether `events` has);
     `known_before`: ids of earlier batches that count as known (RequestJoin).
     """
-    is_received = events["event"] == "received"
-    has_received = bool(is_received.any()) if received is None else received
-    reference = (
-        events.filter(is_received)["request_id"]
-        if has_received
-        else events.filter(pl.col("event") != "added")["request_id"]
-    )
+    has_received = bool((events["event"] == "received").any()) if received is None else received
+    reference = events.filter(_is_reference(has_received))["request_id"]
     if known_before is not None and known_before.len():
         reference = pl.concat([reference, known_before])
     known = reference.unique().implode()
@@ -113,6 +108,12 @@ def _fold_ids(
         .otherwise(ids.gather(unknown))
     ).to_series()
     return events.with_columns(key=ids.scatter(unknown, folded))
+
+
+def _is_reference(received: bool) -> pl.Expr:
+    """The lines whose id is the frontend's: `Received` lines, or when a stream has none, every
+    line but `Added` (whose id may carry the engine's suffixes)."""
+    return pl.col("event") == "received" if received else pl.col("event") != "added"
 
 
 def _numbered(events: pl.DataFrame) -> pl.DataFrame:
@@ -305,11 +306,19 @@ class RequestJoin:
         self._recent = pl.DataFrame(schema={"request_id": pl.String(), "timestamp": TIMESTAMP})
         self._received = False
         self.evicted = 0  # requests settled early because MAX_OPEN were open
-        self.open_requests = 0
-        # JOINED rows (with `source`) of the open requests that have an end so far (a
-        # `Generated response` line, an abort): what close() would give them now. The live
-        # service shows them; the batch path closes the join instead.
-        self.provisional = pl.DataFrame(schema=JOINED)
+        self._still = pl.DataFrame()  # the open requests' sessions (_sessions rows)
+
+    @property
+    def open_requests(self) -> int:
+        return self._still.height
+
+    def provisional(self) -> pl.DataFrame:
+        """JOINED rows (with `source`) of the open requests that have an end so far (a
+        `Generated response` line, an abort): what close() would give them now. The live
+        service shows them; the batch path closes the join instead."""
+        if self._still.is_empty():
+            return pl.DataFrame(schema=JOINED)
+        return _joined(self._still).select(list(JOINED)).cast(JOINED)
 
     def add(self, requests: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         fresh = _events(requests)
@@ -331,12 +340,7 @@ class RequestJoin:
         return self._settle(events, None)
 
     def _remember(self, fresh: pl.DataFrame, newest: object) -> None:
-        kinds = (
-            ["received"]
-            if self._received
-            else ["received", "finished", "aborted", "failed", "generated"]
-        )
-        seen = fresh.filter(pl.col("event").is_in(kinds)).select("request_id", "timestamp")
+        seen = fresh.filter(_is_reference(self._received)).select("request_id", "timestamp")
         cutoff = newest - self._horizon  # type: ignore[operator]
         self._recent = (
             pl.concat([self._recent, seen])
@@ -368,8 +372,7 @@ class RequestJoin:
             "source", "line", "pid", pl.col("start").alias("timestamp")
         )
         joined = _joined(sessions.filter(pl.col("_done"))).select(list(JOINED))
-        self.open_requests = still.height
-        self.provisional = _joined(still).select(list(JOINED)).cast(JOINED)
+        self._still = still
         keep = [*_EVENT_COLUMNS, "key", "_old"]
         open_simple = still.filter(pl.col("session") == 0).select("deployment", "key")
         self._open = pl.concat(
