@@ -13,6 +13,7 @@ are exact whatever the number).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import deque
 from collections.abc import Sequence
@@ -41,17 +42,7 @@ class LogReducer:
         """The reduced batch, and the join's ARRIVALS and JOINED rows (with `source`) so far."""
         requests = part["requests"]
         arrivals, joined = self.join.add(requests)
-        out = LogFrames(
-            source=part.source,
-            deployment=part.deployment,
-            frames=dict(part.frames),
-            accounting=part.accounting,
-            vllm_version=part.vllm_version,
-            log_era=part.log_era,
-            timezone=part.timezone,
-            year_source=part.year_source,
-            summarized=dict(part.summarized),
-        )
+        out = dataclasses.replace(part, frames=dict(part.frames), summarized=dict(part.summarized))
         if requests.height:
             markers = activity_markers(requests, part["config"])
             out.frames["requests"] = markers
