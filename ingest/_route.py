@@ -2,9 +2,9 @@
 
 A cascade of literal probes and Rust-regex checks (linear time) claims the well-formed common
 lines for column-wise extraction (ingest/_extract.py); preemption, KV-sizing and config lines
-and every odd line (JSON, foreign formats, glued records, hard-wraps, damage) go to
-ingest/_lines.py in line order; lines nothing could read are unrecognised here. `_assemble`
-puts a batch together so its accounting adds up.
+and every odd line (JSON, foreign formats, glued records, hard-wraps, damage) go to the
+per-line path (ingest/_lines.py) in line order; lines nothing could read are unrecognised
+here. `_assemble` puts a batch together so its accounting adds up.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
-from preemptscope.ingest import _lines
+from preemptscope.ingest import _glue, _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._extract import (
     _access_frame,
@@ -38,15 +38,15 @@ _STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
 _REQ_LIT = "|".join(re.escape(literal) for literal in _REQ_LITERALS)
 # Anything an envelope the per-line path knows starts with: a process prefix, a rank, a date
 # (wrappers, foreign formats), a level word (uvicorn, foreign formats), a syslog pid. A new
-# envelope in ingest/_lines.py needs its cue here, or its lines are unrecognised unread.
+# envelope in ingest/_envelope.py needs its cue here, or its lines are unrecognised unread.
 _ENVELOPE_CUE = (
     r"pid=|\[rank|[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE)"
     r"|\[[0-9]+\]: "  # syslog's `python3[28059]: `
 )
-_KIND_LITERALS = sorted(_lines.KIND_LITERALS)
+_KIND_LITERALS = sorted(_glue.KIND_LITERALS)
 # Plain program output the per-line path reads (tracebacks, progress bars; an indented line
 # may be a frame's code line).
-# The catalogue's patterns behind an optional lead that is a superset of what _lines allows
+# The catalogue's patterns behind an optional lead that is a superset of what _classify allows
 # in front (a few symbols such as a quote bar, a compose prefix), with ASCII classes: the
 # Unicode ones compile past the Rust regex size limit. `  ` at the start or behind a compose
 # bar: a traceback frame's code line.
@@ -317,7 +317,7 @@ def _cascade(
         if lone.height:
             prev = before(lone)
             joinable = (
-                (prev.str.len_chars() >= _lines.WRAP_MIN)
+                (prev.str.len_chars() >= _glue.WRAP_MIN)
                 & (
                     prev.str.contains(_ENVELOPE_CUE)
                     | prev.str.contains(cat.TIMESTAMP)
