@@ -349,6 +349,11 @@ def has_envelope(text: str) -> bool:
     if text.startswith("{"):
         return True  # a JSON object (even a broken one) starts a line of its own
     env, _ = envelope(text)
+    return names_writer(env)
+
+
+def names_writer(env: Env) -> bool:
+    """A known envelope, a process prefix or a wrapper: a line of its own, nobody's tail."""
     return env.known or env.process is not None or env.wts is not None
 
 

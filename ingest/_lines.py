@@ -22,7 +22,7 @@ from preemptscope.ingest._classify import (
     record,
     stats_complete,
 )
-from preemptscope.ingest._envelope import FLAGS, Env, clean, envelope, has_envelope
+from preemptscope.ingest._envelope import FLAGS, Env, clean, envelope, names_writer
 from preemptscope.ingest._glue import (
     incomplete,
     is_continuation,
@@ -121,6 +121,7 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
     """Parse (line number, text, previous physical line or None) in line order."""
     out = Parsed()
     index = 0
+    pending: tuple[str, tuple[Env, str]] | None = None
     while index < len(items):
         line, raw, previous = items[index]
         index += 1
@@ -138,7 +139,10 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
         reason: str | None = None
         taken = 0
         for position, segment in enumerate(segments):
-            env, message, found = record(segment)
+            # The envelope of a line read as a hard-wrap's possible tail just before.
+            read = pending[1] if pending is not None and pending[0] == segment else None
+            pending = None
+            env, message, found = record(segment, read)
             last = position == len(segments) - 1
             # Terminal hard-wrap: join the following envelope-less lines while that helps.
             consumed = 0
@@ -147,7 +151,10 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
                 if next_line != line + consumed + 1:
                     break
                 follow = clean(next_raw)
-                if not follow.strip() or has_envelope(follow):
+                if not follow.strip() or follow.startswith("{"):
+                    break  # a JSON object (even a broken one) starts a line of its own
+                pending = (follow, envelope(follow))
+                if names_writer(pending[1][0]):
                     break
                 joined = segment + follow
                 env2, message2, found2 = record(joined)
