@@ -6,9 +6,10 @@ Which vLLM logs give both ends (vllm-log-formats.md §6.2): V0's AsyncLLMEngine 
 The default MQLLMEngine (0.6.2-0.10.2) and plain V1 log starts only: no rows come out of those.
 
 Rules:
-* start: the earliest `received`/`added` of the request; end: `finished`, else the last
-  `generated` (streaming deltas come before `(streaming complete)`), else the first
-  `aborted`/`failed`, which also marks success=False.
+* start: the earliest `received`/`added` of the request; end: the first `finished` or
+  `generated` (a response, or a stream's `(streaming complete)`), whichever comes first, else
+  the last `delta` (a stream's progress: one that was cut off ends at its last delta), else
+  the first `aborted`/`failed`, which also marks success=False.
 * ids are matched across spellings: from 0.14 `Added request` logs `<id>-<8 random chars>`
   and completions add `-<index>`; such an id is folded onto the `Received` id it extends.
   `Aborted request(s) a,b.` stands for each id.
@@ -19,9 +20,10 @@ Rules:
 
 Two ways in, one set of rules: `latencies_from_requests` over a whole `requests` frame, and
 `RequestJoin`, which `report` and `serve` feed chunk by chunk so that no request row is kept.
-The join holds only the events of requests still open; it settles a request when it finishes,
-when its id starts again, or when nothing of it was logged for `HORIZON` of log time, and
-keeps at most `MAX_OPEN` open requests (the oldest settle first). It gives two compact
+The join holds only the events of requests still open; it settles a request when it finishes
+(`finished` or `generated`: nothing later changes its end), when its id starts again, or
+when nothing of it was logged for `HORIZON` of log time, and keeps at most `MAX_OPEN` open
+requests (the oldest settle first). It gives two compact
 frames: ARRIVALS (every request's start, when it starts) and JOINED (start and e2e, when it
 settles). The difference from one go: an end logged more than an hour after the request's
 previous line is not joined to it.
@@ -151,7 +153,8 @@ def _sessions(events: pl.DataFrame) -> pl.DataFrame:
         line=pl.col("line").filter(is_start).first(),
         pid=pl.col("pid").filter(is_start).first(),
         finished=first_time(["finished"]),
-        generated=pl.col("timestamp").filter(pl.col("event") == "generated").max(),
+        generated=first_time(["generated"]),
+        delta=pl.col("timestamp").filter(pl.col("event") == "delta").max(),
         stopped=first_time(["aborted", "failed"]),
         last=pl.col("timestamp").max(),
         old=pl.col("_old").filter(is_start).any() if "_old" in events.columns else pl.lit(False),
@@ -184,6 +187,7 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             _or=pl.when(~is_start).then(rank),
             _f=when(pl.col("event") == "finished"),
             _g=when(pl.col("event") == "generated"),
+            _d=when(pl.col("event") == "delta"),
             _x=when(pl.col("event").is_in(["aborted", "failed"])),
             _so=is_start & pl.col("_old"),
         )
@@ -194,7 +198,8 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             line=pl.col("line").get(first),
             pid=pl.col("pid").get(first),
             finished=pl.col("_f").min(),
-            generated=pl.col("_g").max(),
+            generated=pl.col("_g").min(),
+            delta=pl.col("_d").max(),
             stopped=pl.col("_x").min(),
             last=ts.max(),
             old=pl.col("_so").any(),
@@ -212,11 +217,10 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _joined(sessions: pl.DataFrame) -> pl.DataFrame:
     """Sessions with both ends: start, e2e and success (the rules of the module doc)."""
-    end = pl.coalesce("finished", "generated", "stopped")
+    done = pl.min_horizontal("finished", "generated")
+    end = pl.coalesce(done, "delta", "stopped")
     return (
-        sessions.with_columns(
-            end=end, success=pl.col("finished").is_not_null() | pl.col("generated").is_not_null()
-        )
+        sessions.with_columns(end=end, success=done.is_not_null() | pl.col("delta").is_not_null())
         .filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
         .filter(pl.col("end") >= pl.col("start"))
         .with_columns(
@@ -356,7 +360,8 @@ class RequestJoin:
             done = pl.lit(True)
         else:
             cutoff = newest - self._horizon  # type: ignore[operator]
-            done = pl.col("finished").is_not_null() | pl.col("later") | (pl.col("last") < cutoff)
+            ended = pl.col("finished").is_not_null() | pl.col("generated").is_not_null()
+            done = ended | pl.col("later") | (pl.col("last") < cutoff)
         sessions = sessions.with_columns(_done=done)
         still = sessions.filter(~pl.col("_done"))
         if still.height > self._max_open:
