@@ -157,6 +157,10 @@ for _row in cat.REQUEST_ROWS:
     _REQ_EVENTS.setdefault(_row.literal.strip(), _row.constants["event"])
 assert all(re.fullmatch(r"[A-Za-z ]+", lead) for lead in _REQ_EVENTS)
 _DELTA = " (streaming delta):"  # after the id of a `Generated response` delta
+# The lead words as `_REQ_LEAD` extracts them (with their space, `(s)` or not): their event.
+_LEAD_EVENTS = {
+    f"{lead}{plural} ": event for lead, event in _REQ_EVENTS.items() for plural in ("", "(s)")
+}
 # `Aborted request(s) a,b.` (v0.10.1+); no lead starts another, so at most one matches.
 _REQ_LEAD = "^(" + "|".join(_REQ_EVENTS) + r")(?:\(s\))? "
 
@@ -288,6 +292,8 @@ def _word(text: pl.Expr, ascii: bool, delimiters: str = r"[ :,\r\n]") -> pl.Expr
 
 def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     # The message starts with the row's lead words and the id: positions, no capture regex.
+    # Each step is a column of its own: an eager select computes a shared sub-expression once
+    # per use, and these run on millions of rows.
     head = pl.col("raw").str.slice(pl.col("_msg_at"), 200).str.strip_prefix(" ")
     ascii = _ascii(sub)
     # The logger's location is not a column of request rows: only the message offset.
@@ -296,23 +302,22 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     # The lead words once per row (one regex pass); the event is looked up from them.
     frame = frame.with_columns(message.str.extract(_REQ_LEAD, 0).alias("_words"))
     words = pl.col("_words")
-    event = (
-        words.str.strip_suffix(" ")
-        .str.strip_suffix("(s)")
-        .replace_strict(_REQ_EVENTS, default=None, return_dtype=pl.String)
+    frame = frame.with_columns(
+        words.replace_strict(_LEAD_EVENTS, default=None, return_dtype=pl.String).alias("_event"),
+        message.str.slice(words.str.len_chars()).alias("_after"),
     )
-    after_words = message.str.slice(words.str.len_chars())
-    word = _word(after_words, ascii)
+    frame = frame.with_columns(_word(pl.col("_after"), ascii).alias("_id"))
+    event = pl.col("_event")
     # `Generated response X (streaming delta):` is a streamed request's progress, not its end
     # (catalogue row generated_delta): the suffix right after the id says which.
-    delta = (event == "generated") & after_words.str.slice(word.str.len_chars(), len(_DELTA)).eq(
-        _DELTA
-    )
-    event = pl.when(delta).then(pl.lit("delta")).otherwise(event)
+    suffix = pl.col("_after").str.slice(pl.col("_id").str.len_chars(), len(_DELTA))
+    delta = (event == "generated") & (suffix == _DELTA)
     return frame.select(
         *_header_envelope(),
-        event.alias("event"),
-        pl.when(event.is_not_null()).then(word.str.strip_chars_end(".")).alias("request_id"),
+        pl.when(delta).then(pl.lit("delta")).otherwise(event).alias("event"),
+        pl.when(event.is_not_null())
+        .then(pl.col("_id").str.strip_chars_end("."))
+        .alias("request_id"),
     )
 
 
