@@ -90,24 +90,26 @@ def _fold_ids(
     `known_before`: ids of earlier batches that count as known (RequestJoin).
     """
     has_received = bool((events["event"] == "received").any()) if received is None else received
-    reference = events.filter(_is_reference(has_received))["request_id"]
+    ids = events["request_id"]
+    is_reference = events.select(_is_reference(has_received)).to_series()
+    reference = ids.filter(is_reference)
     if known_before is not None and known_before.len():
         reference = pl.concat([reference, known_before])
-    known = reference.unique().implode()
-    ids = events["request_id"]
-    unknown = (~events.select(pl.col("request_id").is_in(known)).to_series()).arg_true()
+    known = reference.implode()
+    # Reference ids are known by definition: only the others are looked up.
+    others = (~is_reference).arg_true()
+    unknown = others.filter(~ids.gather(others).is_in(known))
     if unknown.len() == 0:
         return events.with_columns(key=ids)
     # The shortened spellings only for the ids not known as they are (most are): the regex is
-    # what costs here, and a when/then would run it on every row.
+    # what costs here, and a when/then would run it on every row. Both spellings are looked
+    # up in one pass (the lookup builds its set of known ids each time).
     one = ids.gather(unknown).str.replace(r"-[^-]+$", "")
     two = one.str.replace(r"-[^-]+$", "")
+    hits = pl.concat([one, two]).is_in(known)
+    n = unknown.len()
     folded = pl.select(
-        pl.when(one.is_in(known))
-        .then(one)
-        .when(two.is_in(known))
-        .then(two)
-        .otherwise(ids.gather(unknown))
+        pl.when(hits.head(n)).then(one).when(hits.tail(n)).then(two).otherwise(ids.gather(unknown))
     ).to_series()
     return events.with_columns(key=ids.scatter(unknown, folded))
 
@@ -177,9 +179,13 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     # Per-row columns first, plain aggregations after: filters inside an aggregation are
     # evaluated group by group, which is what costs on millions of requests.
-    # (time, line) as one number: the order `_numbered` sorts by.
-    rank = pl.col("timestamp").dt.epoch("us").cast(pl.Int128) * (1 << 40) + pl.col("line")
+    events = events.with_columns(_rank=_rank(events))
+    rank = pl.col("_rank")
     first = pl.col("_sr").arg_min()  # the earliest start in (time, line) order
+    # A join reads one deployment: then the key alone names a request.
+    deployments = events["deployment"]
+    single = deployments.null_count() == 0 and bool((deployments == deployments[0]).all())
+    by = ["key"] if single else ["deployment", "key"]
     groups = (
         events.with_columns(
             _s=when(is_start),
@@ -191,8 +197,9 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             _x=when(pl.col("event").is_in(["aborted", "failed"])),
             _so=is_start & pl.col("_old"),
         )
-        .group_by(["deployment", "key"])
+        .group_by(by)
         .agg(
+            *([] if len(by) == 2 else [pl.col("deployment").first()]),
             start=pl.col("_s").min(),
             source=pl.col("source").get(first),
             line=pl.col("line").get(first),
@@ -213,6 +220,25 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     others = groups.filter(tangled.fill_null(False)).select("deployment", "key")
     return simple.drop("_last_start", "_first_other"), others
+
+
+def _rank(events: pl.DataFrame) -> pl.Series:
+    """(time, line) as one number, the order `_numbered` sorts by: 64 bits when the batch's
+    span of times and lines fits (the usual case), else 128."""
+    micros = events["timestamp"].dt.epoch("us")
+    lines = events["line"]
+    low, high, bottom, top = micros.min(), micros.max(), lines.min(), lines.max()
+    if (
+        isinstance(low, int)
+        and isinstance(high, int)
+        and isinstance(bottom, int)
+        and isinstance(top, int)
+        and bottom >= 0
+        and (high - low + 1) * (top + 1) < 1 << 62
+    ):
+        return (micros - low) * (top + 1) + lines
+    wide = pl.col("timestamp").dt.epoch("us").cast(pl.Int128) * (1 << 40) + pl.col("line")
+    return events.select(wide).to_series()
 
 
 def _joined(sessions: pl.DataFrame) -> pl.DataFrame:
@@ -354,7 +380,9 @@ class RequestJoin:
 
     def _settle(self, events: pl.DataFrame, newest: object) -> tuple[pl.DataFrame, pl.DataFrame]:
         simple, tangled = _quick_sessions(events)
-        numbered = _numbered(events.join(tangled, on=["deployment", "key"], how="semi"))
+        # Most batches have no reused id and few open requests: each join below is skipped
+        # when its right side is empty (a join probes every event whatever it holds).
+        numbered = _numbered(_semi(events, tangled, ["deployment", "key"]))
         sessions = pl.concat([simple, _sessions(numbered)], how="diagonal_relaxed")
         if newest is None:
             done = pl.lit(True)
@@ -380,15 +408,23 @@ class RequestJoin:
         self._still = still
         keep = [*_EVENT_COLUMNS, "key", "_old"]
         open_simple = still.filter(pl.col("session") == 0).select("deployment", "key")
+        open_events = _semi(events, open_simple, ["deployment", "key"])
+        if tangled.height and open_events.height:
+            open_events = open_events.join(tangled, on=["deployment", "key"], how="anti")
         self._open = pl.concat(
             [
-                events.join(open_simple, on=["deployment", "key"], how="semi")
-                .join(tangled, on=["deployment", "key"], how="anti")
-                .select(keep),
-                numbered.join(still.select(*_GROUP), on=_GROUP, how="semi").select(keep),
+                open_events.select(keep),
+                _semi(numbered, still.select(*_GROUP), _GROUP).select(keep),
             ]
         ).with_columns(_old=pl.lit(True))
         return arrivals.cast(ARRIVALS), joined.cast(JOINED)
+
+
+def _semi(frame: pl.DataFrame, keys: pl.DataFrame, on: list[str]) -> pl.DataFrame:
+    """The rows of `frame` whose `on` columns are a row of `keys`."""
+    if keys.height == 0 or frame.height == 0:
+        return frame.clear()
+    return frame.join(keys, on=on, how="semi")
 
 
 def _event_schema() -> dict[str, pl.DataType]:

@@ -278,3 +278,25 @@ def test_streaming_join_bounds_open_requests() -> None:
     )
     arrivals, joined = join.add(late)
     assert arrivals.height == 1 and join.open_requests == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(logged_stories())
+def test_streaming_join_on_spans_beyond_64_bits(rows: list[Row]) -> None:
+    # The join orders a batch's events by (time, line) in 64 bits when the span fits: decades
+    # of log and line numbers in the billions do not, and take the 128-bit order instead.
+    requests = (
+        _frame(rows)
+        .with_columns(deployment=pl.lit("a"))
+        .sort("timestamp", "line", nulls_last=True, maintain_order=True)
+        .with_columns(
+            line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64) * 1_000_000_000,
+            timestamp=T + (pl.col("timestamp") - T) * 50_000_000,
+        )
+    )
+    join = RequestJoin(horizon=timedelta(days=365 * 100))
+    joined = pl.concat([join.add(requests)[1], join.close()[1]])
+    whole = latencies_from_requests(requests)
+    got = joined.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
+    want = whole.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
+    assert got.equals(want)
