@@ -12,10 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 import polars as pl
-from preemptscope.ingest import _glue, _lines
+from preemptscope.ingest import _cues, _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._extract import (
     _access_frame,
@@ -26,13 +25,6 @@ from preemptscope.ingest._extract import (
 )
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting
 
-# Every ANSI form seen in logs ends a colour with a reset; ESC-less pastes keep `[0m`.
-# Sets of literals are looked for with one regex alternation (the regex crate's SIMD literal
-# search, ~0.2 ms a MB), not `contains_any` (Aho-Corasick: 2-7 ms a MB on `[`, `01-` and
-# noise runs, 0.3-1.3 on a normal log).
-# (ESC apart: a one-byte literal in the alternation made it 11-15 ms a MB on `[` runs.)
-_ANSI_LITERALS = ["\x1b", "#033[", "[0m", "[0;0m"]
-_ESCLESS_LIT = "|".join(re.escape(literal) for literal in _ANSI_LITERALS[1:])
 # Request rows whose message starts right after the `[file:line] ` of a vLLM header: a
 # literal check (Aho-Corasick) instead of a regex over the biggest lines of a V0 log.
 _REQ_STARTS = [f"] {row.literal}" for row in cat.REQUEST_ROWS if row.literal != "Request "]
@@ -42,45 +34,6 @@ _REQ_LITERALS = sorted({row.literal for row in cat.REQUEST_ROWS})
 _PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
 _STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
 _REQ_LIT = "|".join(re.escape(literal) for literal in _REQ_LITERALS)
-# What makes a line without a header and a kind literal output of its own, in the per-line
-# path: a process prefix or a rank (`pid=`, `[rank`), a level word (uvicorn, foreign formats,
-# an elided header), a syslog pid. A new envelope in ingest/_envelope.py that names a
-# process or a level needs its cue here, or its lines are unrecognised unread. A container
-# timestamp counts at the line start only, where the per-line path reads one (plain output
-# may follow it); elsewhere a date names nobody.
-# Looked for in parts, each only where the ones before found nothing (_either): one
-# alternation of all with the date cost 2-3 ms a MB on `[` and `01-` runs.
-_ENVELOPE_LITERALS = r"pid=|\[rank|DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
-_SYSLOG_PID = r"\[[0-9]+\]: "  # syslog's `python3[28059]: `
-# What the per-line path reads at the start of a line as an envelope: a JSON object (even a
-# broken one) or a container timestamp (`\d` as its `regex` patterns have it: Unicode).
-_WRAPPER_START = r"^\d{4}-\d\d-\d\d"
-_ENVELOPE_START = r"^(?:\{|\d{4}-\d\d-\d\d)"
-_KIND_LIT = "|".join(re.escape(literal) for literal in sorted(_glue.KIND_LITERALS))
-# Plain program output the per-line path reads (tracebacks, progress bars; an indented line
-# may be a frame's code line).
-# The catalogue's patterns behind an optional lead that is a superset of what _classify allows
-# in front (a few symbols such as a quote bar, a compose prefix), with ASCII classes: the
-# Unicode ones compile past the Rust regex size limit. `  ` at the start or behind a compose
-# bar: a traceback frame's code line.
-_PLAIN_LEAD = r"^(?:[^\s|]{1,81} +\| )?(?:[^A-Za-z0-9_\n]{1,8} *)?"
-# Anchored; `^  ` and `|  ` are literal checks beside it (as alternatives of the one regex,
-# the unanchored `\|  ` made it scan every byte: 3-5 ms per MB of hostile lines, 0.2-2.6 so).
-_PLAIN_CUE = (
-    _PLAIN_LEAD
-    + "(?:"
-    + "|".join(pattern.removeprefix("^") for _name, pattern in cat.PLAIN_LINES)
-    + ")"
-)
-# One of these literals (one of `^~` apart: one-byte literals in an alternation slow its search)
-# is in every match of _PLAIN_CUE: looked for first, the cue then runs on the lines holding one
-# (2.5 ms a MB on noise lines, its bounded runs read most of each line).
-_PLAIN_LITERALS = (
-    r'Traceback \(most|During handling|The above exception|File "'
-    r"|Error|Exception|Exit|Interrupt|Warning|%\||% Completed \|"
-)
-_UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
-_UVICORN_LITERALS = r"DEBUG:|INFO:|WARNING:|ERROR:|CRITICAL:"  # in every match of the probe
 _STATS_VALID = (
     cat.HEADER_CORE
     + cat.STATS_RECORD_START
@@ -94,7 +47,6 @@ _REQ_VALID = cat.HEADER_CORE + "(?:" + _REQ_GROUPS + ")"
 _ACCESS_HTTP, _ACCESS_LEVEL, _ACCESS_DASH = " HTTP/", "INFO:", ' - "'
 
 
-_Text = TypeVar("_Text", pl.Series, pl.Expr)
 _UNRECOGNIZED_ROWS = {"line": pl.Int64, "text": pl.String, "reason": pl.String}
 
 
@@ -113,7 +65,7 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     Only lines that may be JSON objects are decoded (a `{"log": [[[[...` line 5,000 deep cost
     its decoding twice).
     """
-    index = _json_objects(raw, raw.str.starts_with('{"log":')).arg_true()
+    index = _cues.json_objects(raw, raw.str.starts_with('{"log":')).arg_true()
     if index.len() == 0:
         return raw.rename("raw")
     frame = pl.DataFrame({"raw": raw.gather(index)})
@@ -126,12 +78,6 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
         .otherwise(pl.col("raw"))
     ).to_series()
     return raw.clone().rename("raw").scatter(index, decoded)
-
-
-def _json_objects(text: pl.Series, braced: pl.Series) -> pl.Series:
-    """`braced` (lines that start with `{`) where the line may be one JSON object: it ends in
-    `}` but for whitespace (what Polars' decoder requires: no text after the value)."""
-    return _both(braced, text, lambda sub: sub.str.contains(r"\}\s*$"))
 
 
 # The three literals of uvicorn's access shape in their usual order, one DFA pass: a line it
@@ -152,119 +98,6 @@ def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
     level = sub.str.contains(_ACCESS_LEVEL, literal=True)
     shape = http & level & sub.str.contains(_ACCESS_DASH, literal=True)
     return fast.clone().scatter(others, http), fast.clone().scatter(others, shape)
-
-
-# Above this share of a Series, a check runs on all of it: gathering most of the lines copies
-# them (~0.3 ms a MB) for little saved.
-_GATHER_MAX = 0.5
-
-
-def _either(text: pl.Series, *checks: Callable[[pl.Series], pl.Series]) -> pl.Series:
-    """The OR of `checks` on `text`, each run only on the texts no earlier one matched (a
-    null text stays null, as in an OR of expressions); a new Series."""
-    found = checks[0](text).clone()
-    for check in checks[1:]:
-        todo = (~found).arg_true()
-        if todo.len() == 0:
-            break
-        if todo.len() > _GATHER_MAX * text.len():
-            found = found | check(text)
-            continue
-        hit = check(text.gather(todo))
-        if hit.any():
-            found = found.scatter(todo.filter(hit), True)
-    return found
-
-
-def _both(mask: pl.Series, text: pl.Series, check: Callable[[pl.Series], pl.Series]) -> pl.Series:
-    """`mask & check(text)`, the check run only where `mask` is true (a new Series)."""
-    index = mask.arg_true()
-    if index.len() == 0:
-        return mask.clone()
-    if index.len() > _GATHER_MAX * text.len():
-        return mask & check(text)
-    return mask.clone().scatter(index, check(text.gather(index)))
-
-
-def _gated(text: pl.Series, literal: str, pattern: str) -> pl.Series:
-    """`text.str.contains(pattern)`, run only on the texts holding `literal`, which every
-    match of `pattern` holds."""
-    mask = text.str.contains(literal, literal=True)
-    return _both(mask, text, lambda sub: sub.str.contains(pattern))
-
-
-def _ansi(text: pl.Series) -> pl.Series:
-    """Lines holding one of _ANSI_LITERALS."""
-    return _either(
-        text,
-        lambda sub: sub.str.contains("\x1b", literal=True),
-        lambda sub: sub.str.contains(_ESCLESS_LIT),
-    )
-
-
-def _envelope_cue(text: pl.Series) -> pl.Series:
-    """Lines the per-line path may read as output of their own (see _ENVELOPE_LITERALS)."""
-    return _either(
-        text,
-        lambda sub: sub.str.contains(_ENVELOPE_LITERALS),
-        lambda sub: _gated(sub, "]: ", _SYSLOG_PID),
-    )
-
-
-def _strip_ansi(text: _Text) -> _Text:
-    """Two passes (catalogue.ANSI_ESC): one alternation cost 45 ns a byte on `[` runs."""
-    return text.str.replace_all(cat.ANSI_ESC, "").str.replace_all(cat.ANSI_SGR, "")
-
-
-def _as_cleaned(prev: pl.Series) -> pl.Series:
-    """Lines without their ANSI codes, as the per-line path reads them (_envelope.clean strips
-    every code, with a reset or not)."""
-    coded = _either(
-        prev,
-        lambda sub: sub.str.contains("\x1b", literal=True),
-        # Every code ends in a digit and `m`: a search for them first skips `[` runs.
-        lambda sub: _both(
-            sub.str.contains("[0-9]m"), sub, lambda part: part.str.contains(cat.ANSI_SGR_CORE)
-        ),
-    ).fill_null(False)
-    index = coded.arg_true()
-    if index.len() == 0:
-        return prev
-    return prev.clone().scatter(index, _strip_ansi(prev.gather(index)))
-
-
-def _may_be_continued(prev: pl.Series) -> pl.Series:
-    """Lines before a line of no format that may make it a record's tail (a hard-wrap's second
-    half, or _glue.is_continuation): long, and, read as the per-line path reads them, with a
-    kind literal, a timestamp, an envelope cue or an envelope start, or with a tqdm redraw
-    (the per-line path reads a part of it)."""
-    long = (prev.str.len_chars() >= _glue.WRAP_MIN).fill_null(False)
-
-    def cued(sub: pl.Series) -> pl.Series:
-        cleaned = _as_cleaned(sub)
-        return _either(
-            cleaned,
-            lambda part: part.str.contains(_KIND_LIT),
-            lambda part: _gated(part, ":", cat.TIMESTAMP),  # every match holds a `:`
-            _envelope_cue,
-            lambda part: part.str.contains(_ENVELOPE_START),
-            lambda part: part.str.contains(r"\r[^\r\n]"),
-        )
-
-    return _both(long, prev, cued)
-
-
-def _header_counts(text: pl.Series) -> pl.Series:
-    """HEADER_CORE matches in each text, counted only where there is a `] ` (every header
-    ends in one): the count cost 2 ms a MB on `01-` runs."""
-    gate = text.str.contains("] ", literal=True)
-    index = gate.arg_true()
-    if index.len() > _GATHER_MAX * text.len():
-        return text.str.count_matches(cat.HEADER_CORE)
-    counts = pl.zeros(text.len(), pl.UInt32, eager=True)
-    if index.len() == 0:
-        return counts
-    return counts.scatter(index, text.gather(index).str.count_matches(cat.HEADER_CORE))
 
 
 def _route(
@@ -353,14 +186,14 @@ def _cascade(
         raw = _unwrap_json_file(raw)
         df = df.with_columns(raw)
         brace = raw.str.starts_with("{")
-    unusual = _either(
+    unusual = _cues.either(
         raw,
         lambda sub: sub.str.contains(r"\x1b|\r"),
-        lambda sub: sub.str.contains(_ESCLESS_LIT),
+        lambda sub: sub.str.contains(_cues.ESCLESS_LIT),
     )
-    ansi = _both(unusual, raw, _ansi) if unusual.any() else unusual
+    ansi = _cues.both(unusual, raw, _cues.ansi) if unusual.any() else unusual
     if ansi.any():
-        df = df.with_columns(pl.when(ansi).then(_strip_ansi(raw_c)).otherwise(raw_c))
+        df = df.with_columns(pl.when(ansi).then(_cues.strip_ansi(raw_c)).otherwise(raw_c))
     routed: dict[str, list[pl.DataFrame]] = {}
     odd_parts: list[pl.DataFrame] = []
 
@@ -390,8 +223,10 @@ def _cascade(
     if brace.any():
         # Only a JSON value is read as JSON; a line that starts with `{` but does not parse
         # (`{"log": [[[[...`, a cut object) is text like any other.
-        brace = _both(
-            _json_objects(text, brace), text, lambda sub: sub.str.json_path_match("$").is_not_null()
+        brace = _cues.both(
+            _cues.json_objects(text, brace),
+            text,
+            lambda sub: sub.str.json_path_match("$").is_not_null(),
         )
     odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
     carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
@@ -425,7 +260,7 @@ def _cascade(
         claim("stats", good)
         odd_parts.append(bad)
     # 4. request lifecycle lines; a request literal elsewhere in a message is just "other".
-    rest = rest.with_columns(_header_counts(rest["raw"]).alias("hdr"))
+    rest = rest.with_columns(_cues.header_counts(rest["raw"]).alias("hdr"))
     candidates, rest = split(rest, rest["raw"].str.contains_any(_REQ_STARTS))
     if candidates.height:
         good, bad = split(candidates, candidates["hdr"] == 1)
@@ -446,33 +281,33 @@ def _cascade(
         claim("blank", blank)
         other, rest = split(rest, rest["hdr"] == 1)
         claim("other", other.drop("hdr"))
-        uvicorn = _both(
-            rest["raw"].str.contains(_UVICORN_LITERALS),
+        uvicorn = _cues.both(
+            rest["raw"].str.contains(_cues.UVICORN_LITERALS),
             rest["raw"],
-            lambda sub: sub.str.contains(_UVICORN_PROBE),
+            lambda sub: sub.str.contains(_cues.UVICORN_PROBE),
         )
         uvi, rest = split(rest, (rest["hdr"] == 0) & uvicorn)
         claim("other_uvi", uvi.drop("hdr"))
         # 6. lines with nothing the per-line path could read (no header, no literal, no
         # envelope) after a line they cannot continue: unrecognised here, so a file of noise
         # costs what a log costs, not a Python call per line.
-        # Each check only on the lines the ones before left (_either).
+        # Each check only on the lines the ones before left (_cues.either).
         headerless, rest = split(rest, rest["hdr"] == 0)
-        bare = _as_cleaned(headerless["raw"].str.strip_chars_end("\r\n"))
-        readable = _either(
+        bare = _cues.as_cleaned(headerless["raw"].str.strip_chars_end("\r\n"))
+        readable = _cues.either(
             bare,
-            _envelope_cue,
-            lambda sub: sub.str.contains(_WRAPPER_START),
+            _cues.envelope_cue,
+            lambda sub: sub.str.contains(_cues.WRAPPER_START),
             lambda sub: sub.str.starts_with("  "),
             lambda sub: sub.str.contains("|  ", literal=True),
-            lambda sub: _both(
-                _either(
+            lambda sub: _cues.both(
+                _cues.either(
                     sub,
                     lambda part: part.str.contains(r"[\^~]"),
-                    lambda part: part.str.contains(_PLAIN_LITERALS),
+                    lambda part: part.str.contains(_cues.PLAIN_LITERALS),
                 ),
                 sub,
-                lambda part: part.str.contains(_PLAIN_CUE),
+                lambda part: part.str.contains(_cues.PLAIN_CUE),
             ),
         )
         lone, more = split(headerless, ~readable)
@@ -482,7 +317,7 @@ def _cascade(
             own, others = split(lone, lone["raw"].str.starts_with("{"))
             claim("unrec", own.drop("hdr"))
             if others.height:
-                tails, noise = split(others, _may_be_continued(before(others)))
+                tails, noise = split(others, _cues.may_be_continued(before(others)))
                 claim("unrec", noise.drop("hdr"))
                 rest = join(rest, tails)
         odd_parts.append(rest.drop("hdr"))

@@ -1,9 +1,10 @@
 """The column-wise router's shortcuts give the records the per-line path gives.
 
 Step 6 of ingest/_route.py marks lines unrecognised without the per-line path when nothing in
-them or in the line before could make them a record; its checks are staged and gated for cost
-per byte on hostile lines (docs/benchmarks.md, adversarial section). Here every batch is also
-parsed with that step off (every such line read by the per-line path): the frames must agree.
+them or in the line before could make them a record; its checks (ingest/_cues.py) are staged
+and gated for cost per byte on hostile lines (docs/benchmarks.md, adversarial section). Here
+every batch is also parsed with that step off (every such line read by the per-line path): the
+frames must agree.
 Request literals are left out: a request line without its header is refused by the router on
 purpose (it reads them at step 4), where the per-line path alone would match its row.
 """
@@ -16,7 +17,7 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from preemptscope.ingest import _route
+from preemptscope.ingest import _cues
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest.logs import ParseOptions, parse_lines
 
@@ -82,7 +83,7 @@ def _every_line(text: pl.Series) -> pl.Series:
 def _all_per_line(monkeypatch: pytest.MonkeyPatch, lines: list[str]) -> dict[str, object]:
     with monkeypatch.context() as patch:
         # Every line "has an envelope cue": none is left to the column-wise unrecognised step.
-        patch.setattr(_route, "_envelope_cue", _every_line)
+        patch.setattr(_cues, "envelope_cue", _every_line)
         return _frames(lines)
 
 
@@ -114,11 +115,11 @@ def test_known_routing_cases_agree(monkeypatch: pytest.MonkeyPatch, lines: list[
 # Each gate the router looks for before a costlier pattern, with that pattern: every text the
 # pattern finds a match in holds the gate (or the cheap check would skip a line it matches).
 GATES = [
-    *((pattern, r"[\^~]|" + _route._PLAIN_LITERALS) for _name, pattern in cat.PLAIN_LINES),
-    (_route._UVICORN_PROBE, _route._UVICORN_LITERALS),
+    *((pattern, r"[\^~]|" + _cues.PLAIN_LITERALS) for _name, pattern in cat.PLAIN_LINES),
+    (_cues.UVICORN_PROBE, _cues.UVICORN_LITERALS),
     (cat.HEADER_CORE, r"\] "),
     (cat.TIMESTAMP, ":"),
-    (_route._SYSLOG_PID, r"\]: "),
+    (_cues.SYSLOG_PID, r"\]: "),
     (cat.ANSI_SGR_CORE, "[0-9]m"),
 ]
 
