@@ -286,6 +286,10 @@ TERMINAL = ".%)]}'\"!?"
 WRAP_MIN = 60
 _TERMINAL = frozenset(TERMINAL.encode())
 _SAFE_SEARCH = 4096
+# Nor more than this many bytes of them: each costs a per-line read (`may_continue`), and 4,096
+# lines of 4 KB that could all continue cost as much again as parsing them (`1.{non-default
+# args: '` runs, found by bench/hostile_search.py).
+_SAFE_SEARCH_BYTES = 1024 * 1024
 # Past this, a block with no safe cut among its last _SAFE_SEARCH lines ends at its last
 # newline (only noise has that many lines in a row that could continue): at 64 MiB, a file
 # of such lines made chunks of up to 96 MiB and parse --json's peak RSS grew with the file
@@ -324,6 +328,8 @@ def safe_cut(
         if newline < 0 and partial:
             return _UNDECIDED
         start = newline + 1
+        if end - start > _SAFE_SEARCH_BYTES:
+            return -1
         if may_continue is not None:
             line = bytes(buffer[start:cut]).decode("utf-8", "replace")
             if not may_continue(line):
