@@ -10,6 +10,7 @@ chunk, into the METRIC_SAMPLES frame `/metrics` snapshots give, so the analysis 
 from __future__ import annotations
 
 import html
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,12 +36,13 @@ from preemptscope.analysis.windows import (
 )
 from preemptscope.errors import ConfigError
 from preemptscope.fleet_reduce import (
+    BATCH_POINTS,
     MAX_AUTO_WINDOWS,
-    Reduced,
+    Batch,
+    FleetReducer,
     auto_window,
     base_name,
     group_windows,
-    reduce_fleet,
     server_windows,
 )
 from preemptscope.ingest import promapi
@@ -132,6 +134,7 @@ class Server:
     matchers: tuple[tuple[str, str], ...]
     labels: dict[str, str]  # the labels all its series share (namespace, pod, model_name, ...)
     names: tuple[str, ...]  # exposed metric names the analysis needs
+    series: int = 0  # how many series it has in the range
 
     def selector(self, extra: str, names: Sequence[str] | None = None) -> str:
         """Its series (of `names` when given) with the user's matchers `extra`."""
@@ -171,7 +174,7 @@ def discover(client: promapi.PromClient, options: FleetOptions) -> list[Server]:
         if models:
             shared.setdefault("model_name", ",".join(models))
         name = "/".join(value for _, value in identity) or "prometheus"
-        servers.append(Server(name, identity, shared, tuple(names)))
+        servers.append(Server(name, identity, shared, tuple(names), len(series)))
     return sorted(servers, key=lambda s: s.name)
 
 
@@ -214,21 +217,29 @@ class Fleet:
         for server in servers:
             self.groups.setdefault(group_name(server, options.group_by), []).append(server)
         self.params = AnalysisParams(window_s=options.window)
+        # Read in this order (join_local), so the batches' queries run ahead of the analysis.
+        order = [server for members in self.groups.values() for server in members]
+        windows = math.ceil((options.end - options.start).total_seconds() / options.window) + 1
+        self.batches = plan_batches(order, windows)
+        self._reducer: FleetReducer | None = FleetReducer(
+            self.client,
+            self.batches,
+            start=options.start,
+            end=options.end,
+            window_s=options.window,
+            selector=promapi.matchers(options.selector),
+            identify=_identity,
+        )
         try:
-            self.reduced = reduce_fleet(
-                self.client,
-                [(s.name, s.matchers, s.names) for s in servers],
-                start=options.start,
-                end=options.end,
-                window_s=options.window,
-                selector=promapi.matchers(options.selector),
-                identify=_identity,
-            )
+            self._reducer.wait_first()
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
+        reducer, self._reducer = getattr(self, "_reducer", None), None
+        if reducer is not None:
+            reducer.close()
         if self._own:
             self.client.close()
 
@@ -244,7 +255,8 @@ class Fleet:
         target = DeploymentInputs(name)
         parts, frames = [], []
         for server in members:
-            reduced = self.reduced.pop(server.name, None) or Reduced()
+            assert self._reducer is not None, "read after close"
+            reduced = self._reducer.take(server.name)
             source = _source(self.client, server)
             one = server_windows(
                 self.client,
@@ -283,6 +295,61 @@ class Fleet:
         target.reduced = group_windows(parts, data, self.params)
         target.metrics = pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
         return target
+
+
+def plan_batches(servers: Sequence[Server], windows: int) -> list[Batch]:
+    """Consecutive servers in batches of at most BATCH_POINTS window values (series x windows).
+
+    The first batches hold 1, 2, 4, ... servers, so the first analysis waits for little; a
+    batch holds servers of one identity kind (its matchers select them and no others).
+    """
+    batches: list[Batch] = []
+    current: list[Server] = []
+    cap = 1
+
+    def flush() -> None:
+        specs = [(s.name, s.matchers, s.names) for s in current]
+        batches.append(Batch(specs, _batch_matchers(current), sum(s.series for s in current)))
+
+    for server in servers:
+        kind = [key for key, _ in server.matchers]
+        if current and (
+            kind != [key for key, _ in current[0].matchers]
+            or len(current) >= cap
+            or (sum(s.series for s in current) + server.series) * windows > BATCH_POINTS
+        ):
+            flush()
+            current, cap = [], cap * 2
+        current.append(server)
+    if current:
+        flush()
+    return batches
+
+
+def _batch_matchers(servers: Sequence[Server]) -> str:
+    """Matchers selecting these servers' series: their identity labels' values, and the
+    labels a less specific identity lacks (an `instance` server has no `pod`)."""
+    keys = [key for key, _ in servers[0].matchers]
+    parts = []
+    for i, key in enumerate(keys):
+        values = sorted({s.matchers[i][1] for s in servers})
+        if len(values) == 1:
+            parts.append(f"{key}={promapi.quote(values[0])}")
+        else:
+            alternatives = "|".join(_RE2_SPECIAL.sub(r"\\\g<0>", v) for v in values)
+            parts.append(f"{key}=~{promapi.quote(alternatives)}")
+    kind = tuple(keys)
+    earlier = IDENTITY[: IDENTITY.index(kind)] if kind in IDENTITY else IDENTITY
+    absent = {key for entry in earlier if len(entry) == 1 for key in entry}
+    for entry in earlier:
+        missing = [key for key in entry if key not in kind]
+        if len(missing) == 1 and not absent & set(entry):
+            absent.add(missing[0])
+    parts += [f'{key}=""' for key in sorted(absent)]
+    return ",".join(parts)
+
+
+_RE2_SPECIAL = re.compile(r"[\\.+*?()|\[\]{}^$]")
 
 
 def fleet_assumptions(options: FleetOptions) -> list[str]:
