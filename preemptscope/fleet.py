@@ -38,6 +38,7 @@ from preemptscope.errors import ConfigError
 from preemptscope.fleet_reduce import (
     BATCH_POINTS,
     MAX_AUTO_WINDOWS,
+    SERIES_COLUMNS,
     Batch,
     FleetReducer,
     auto_window,
@@ -282,9 +283,7 @@ class Fleet:
                     deployment=name,
                     records={
                         "scrapes": int(scrapes or 0),
-                        "series": one.counters.select(_SERIES).n_unique()
-                        if one.counters.height
-                        else 0,
+                        "series": one.series,
                         "windows": one.table.height,
                         "windows_read_raw": len(one.raw | one.busy),
                         "samples_read_raw": one.samples.height,
@@ -423,15 +422,12 @@ def read_group(
                 records={
                     "samples": frame.height,
                     "scrapes": frame["timestamp"].n_unique() if frame.height else 0,
-                    "series": frame.select(_SERIES).n_unique() if frame.height else 0,
+                    "series": frame.select(SERIES_COLUMNS).n_unique() if frame.height else 0,
                 },
             )
         )
     target.metrics = pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
     return target
-
-
-_SERIES = ["source", "metric", "sample", "le", "model_name", "engine", "labels"]
 
 
 def _source(prom: promapi.PromClient, server: Server) -> str:

@@ -57,6 +57,7 @@ from preemptscope.ingest.schema import METRIC_SAMPLES
 
 __all__ = [
     "AUTO_WINDOWS",
+    "SERIES_COLUMNS",
     "Batch",
     "FleetReducer",
     "Reduced",
@@ -118,6 +119,11 @@ class ServerWindows:
     samples: pl.DataFrame  # METRIC_SAMPLES: the samples read raw, and only those
     raw: set[int]  # windows read raw (every series)
     busy: set[int]  # windows read raw for the evidence and calibration series
+    series: int = 0  # distinct SERIES_COLUMNS keys in `counters`
+
+
+# What tells series apart in a source's `series` count.
+SERIES_COLUMNS = ["source", "metric", "sample", "le", "model_name", "engine", "labels"]
 
 
 def _regex(names: Iterable[str]) -> str:
@@ -403,17 +409,18 @@ def server_windows(
     sampled = _concat(raw_frames)
     # Counters and histograms: the raw samples of raw windows, the window values elsewhere.
     counter_win = (pl.col("timestamp").dt.epoch("us") - 1) // w_us
-    mixed = pl.concat(
-        [
-            sampled.filter(
-                counter_win.is_in(sorted(raw))
-                & (pl.col("type") != "gauge")
-                & (pl.col("type") != "info")
-            ),
-            lasts.filter(~pl.col("win").is_in(sorted(raw))).drop("win", "series_id"),
-        ],
-        how="vertical",
-    ).sort("timestamp", maintain_order=True)
+    raw_counters = sampled.filter(
+        counter_win.is_in(sorted(raw)) & (pl.col("type") != "gauge") & (pl.col("type") != "info")
+    )
+    kept = lasts.filter(~pl.col("win").is_in(sorted(raw)))
+    mixed = pl.concat([raw_counters, kept.drop("win", "series_id")], how="vertical").sort(
+        "timestamp", maintain_order=True
+    )
+    # The series of `mixed`: those of its raw rows and one row per window-value series.
+    series = pl.concat(
+        [raw_counters.select(SERIES_COLUMNS),
+         kept.unique("series_id", maintain_order=True).select(SERIES_COLUMNS)]
+    ).n_unique()  # fmt: skip
     # Windows with data as the raw samples would have them: raw windows by their samples.
     floor_win = pl.col("timestamp").dt.epoch("us") // w_us
     # (a gauge's window by floor, a counter's by the pair convention: a scrape at exactly e
@@ -450,7 +457,7 @@ def server_windows(
     gauges["m_ev_last"] = [evidence[k][1] if k in evidence and k in read_wins else None
                            for k in data]  # fmt: skip
     table = pl.DataFrame({"win": data, **gauges})
-    return ServerWindows(table, mixed, samples, raw, hot)
+    return ServerWindows(table, mixed, samples, raw, hot, series)
 
 
 def _names_of(exposed: Sequence[str], canonical: Sequence[str]) -> list[str]:
