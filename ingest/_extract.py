@@ -156,6 +156,11 @@ _REQ_EVENTS: dict[str, str] = {}
 for _row in cat.REQUEST_ROWS:
     _REQ_EVENTS.setdefault(_row.literal.strip(), _row.constants["event"])
 assert all(re.fullmatch(r"[A-Za-z ]+", lead) for lead in _REQ_EVENTS)
+_DELTA = " (streaming delta):"  # after the id of a `Generated response` delta
+# The lead words as `_REQ_LEAD` extracts them (with their space, `(s)` or not): their event.
+_LEAD_EVENTS = {
+    f"{lead}{plural} ": event for lead, event in _REQ_EVENTS.items() for plural in ("", "(s)")
+}
 # `Aborted request(s) a,b.` (v0.10.1+); no lead starts another, so at most one matches.
 _REQ_LEAD = "^(" + "|".join(_REQ_EVENTS) + r")(?:\(s\))? "
 
@@ -202,12 +207,22 @@ def _with_prefix(frame: pl.DataFrame, pre: pl.Expr) -> pl.DataFrame:
     return _by_distinct(frame, rest, _process_columns).drop("_pre")
 
 
-def _chars(text: pl.Expr, offset: pl.Expr) -> pl.Expr:
+def _ascii(frame: pl.DataFrame) -> bool:
+    """Whether every raw line of a part is ASCII: then byte offsets are character offsets."""
+    raw = pl.col("raw")
+    return bool(frame.select((raw.str.len_bytes() == raw.str.len_chars()).all()).item())
+
+
+def _chars(text: pl.Expr, offset: pl.Expr, ascii: bool) -> pl.Expr:
     """A byte offset from `str.find` as the character offset `str.slice` wants.
 
     They differ as soon as non-ASCII text (a compose service name, a custom prefix) stands
-    before the offset; the prefix up to a found ASCII pattern is always whole UTF-8.
+    before the offset; the prefix up to a found ASCII pattern is always whole UTF-8. `ascii`
+    (the part's lines are all ASCII, the usual case) skips the conversion: a when/then
+    computes both branches on every row.
     """
+    if ascii:
+        return offset.cast(pl.Int64)
     return (
         pl.when(text.str.len_bytes() == text.str.len_chars())
         .then(offset)
@@ -222,18 +237,21 @@ def _chars(text: pl.Expr, offset: pl.Expr) -> pl.Expr:
     )
 
 
-def _header_columns(frame: pl.DataFrame) -> pl.DataFrame:
-    """Envelope of lines with exactly one vLLM header, plus `_msg_at` (message offset)."""
+def _header_columns(frame: pl.DataFrame, ascii: bool, locations: bool = True) -> pl.DataFrame:
+    """Envelope of lines with exactly one vLLM header, plus `_msg_at` (message offset), and
+    with `locations` the logger's file and line."""
     raw = pl.col("raw")
     at = pl.col("_at")
-    frame = frame.with_columns(_chars(raw, raw.str.find(_TS_FIND).cast(pl.Int64)).alias("_at"))
+    frame = frame.with_columns(
+        _chars(raw, raw.str.find(_TS_FIND).cast(pl.Int64), ascii).alias("_at")
+    )
     before = pl.min_horizontal(at, 9)
     word = raw.str.slice(at - before, before)
     # No level name ends another, so at most one can end the word.
     frame = frame.with_columns(word.str.extract(_LEVEL_BEFORE_TS, 1).alias("level"))
     pre_end = at - (pl.col("level").str.len_bytes().cast(pl.Int64) + 1).fill_null(0)
     location = raw.str.slice(at + 15, 160)
-    close = _chars(location, location.str.find("]", literal=True).cast(pl.Int64))
+    close = _chars(location, location.str.find("]", literal=True).cast(pl.Int64), ascii)
     frame = _with_prefix(frame, raw.str.slice(0, pre_end)).with_columns(
         raw.str.slice(at, 2).alias("_mon"),
         raw.str.slice(at + 3, 2).alias("_day"),
@@ -241,6 +259,9 @@ def _header_columns(frame: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, dtype=pl.String).alias("_ats"),
         (at + 15 + close + 1).alias("_msg_at"),
     )
+
+    if not locations:
+        return frame
 
     def location_columns(loc: pl.Expr) -> list[pl.Expr]:
         parts = loc.str.extract_groups(cat.LOCATION)
@@ -262,38 +283,50 @@ def _message(start: pl.Expr) -> pl.Expr:
     return pl.col("raw").str.slice(start).str.strip_prefix(" ").str.strip_chars_end("\r\n")
 
 
-def _word(text: pl.Expr, delimiters: str = r"[ :,\r\n]") -> pl.Expr:
+def _word(text: pl.Expr, ascii: bool, delimiters: str = r"[ :,\r\n]") -> pl.Expr:
     """Text up to the first delimiter (a null length, when there is none, means to the end)."""
-    end = _chars(text, text.str.find(delimiters, literal=len(delimiters) == 1).cast(pl.Int64))
+    found = text.str.find(delimiters, literal=len(delimiters) == 1).cast(pl.Int64)
+    end = _chars(text, found, ascii)
     return text.str.slice(0, end)
 
 
 def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     # The message starts with the row's lead words and the id: positions, no capture regex.
+    # Each step is a column of its own: an eager select computes a shared sub-expression once
+    # per use, and these run on millions of rows.
     head = pl.col("raw").str.slice(pl.col("_msg_at"), 200).str.strip_prefix(" ")
-    frame = _header_columns(sub).with_columns(head.alias("_head"))
+    ascii = _ascii(sub)
+    # The logger's location is not a column of request rows: only the message offset.
+    frame = _header_columns(sub, ascii, locations=False).with_columns(head.alias("_head"))
     message = pl.col("_head")
     # The lead words once per row (one regex pass); the event is looked up from them.
     frame = frame.with_columns(message.str.extract(_REQ_LEAD, 0).alias("_words"))
     words = pl.col("_words")
-    event = (
-        words.str.strip_suffix(" ")
-        .str.strip_suffix("(s)")
-        .replace_strict(_REQ_EVENTS, default=None, return_dtype=pl.String)
+    frame = frame.with_columns(
+        words.replace_strict(_LEAD_EVENTS, default=None, return_dtype=pl.String).alias("_event"),
+        message.str.slice(words.str.len_chars()).alias("_after"),
     )
-    rid = _word(message.str.slice(words.str.len_chars())).str.strip_chars_end(".")
+    frame = frame.with_columns(_word(pl.col("_after"), ascii).alias("_id"))
+    event = pl.col("_event")
+    # `Generated response X (streaming delta):` is a streamed request's progress, not its end
+    # (catalogue row generated_delta): the suffix right after the id says which.
+    suffix = pl.col("_after").str.slice(pl.col("_id").str.len_chars(), len(_DELTA))
+    delta = (event == "generated") & (suffix == _DELTA)
     return frame.select(
         *_header_envelope(),
-        event.alias("event"),
-        pl.when(event.is_not_null()).then(rid).alias("request_id"),
+        pl.when(delta).then(pl.lit("delta")).otherwise(event).alias("event"),
+        pl.when(event.is_not_null())
+        .then(pl.col("_id").str.strip_chars_end("."))
+        .alias("request_id"),
     )
 
 
 def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
     raw = pl.col("raw")
+    ascii = _ascii(sub)
     frame = sub.with_columns(
-        _chars(raw, raw.str.find("INFO:", literal=True).cast(pl.Int64)).alias("_info"),
-        _chars(raw, raw.str.find(' - "', literal=True).cast(pl.Int64)).alias("_dash"),
+        _chars(raw, raw.str.find("INFO:", literal=True).cast(pl.Int64), ascii).alias("_info"),
+        _chars(raw, raw.str.find(' - "', literal=True).cast(pl.Int64), ascii).alias("_dash"),
     )
     frame = _with_prefix(frame, raw.str.slice(0, pl.col("_info")))
     client = raw.str.slice(pl.col("_info") + 5, pl.col("_dash") - pl.col("_info") - 5)
@@ -318,7 +351,7 @@ def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, dtype=pl.String).alias("_ats"),
         pl.lit(True).alias("_bulk"),
         # KServe prints `client pid - "…"`: the client is the first word.
-        _word(client.str.strip_chars_start(" "), " ").alias("client"),
+        _word(client.str.strip_chars_start(" "), ascii, " ").alias("client"),
         pl.col("method"),
         pl.col("path"),
         pl.col("http_version"),
@@ -329,7 +362,7 @@ def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
 def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
     if uvicorn:
         raw = pl.col("raw")
-        start = _chars(raw, raw.str.find(_LEVEL_FIND).cast(pl.Int64))
+        start = _chars(raw, raw.str.find(_LEVEL_FIND).cast(pl.Int64), _ascii(sub))
         level = raw.str.slice(start, 10).str.extract(r"^([A-Z]+):", 1)
         frame = _with_prefix(sub, raw.str.slice(0, start)).with_columns(
             level.alias("level"),
@@ -341,7 +374,9 @@ def _other_frame(sub: pl.DataFrame, uvicorn: bool) -> pl.DataFrame:
             .alias("message"),
         )
     else:
-        frame = _header_columns(sub).with_columns(_message(pl.col("_msg_at")).alias("message"))
+        frame = _header_columns(sub, _ascii(sub)).with_columns(
+            _message(pl.col("_msg_at")).alias("message")
+        )
     return frame.select(
         *_header_envelope(),
         pl.col("logger_file"),

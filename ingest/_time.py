@@ -315,22 +315,18 @@ def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
         and one_year.null_count() == 0
         and frame["_ats"].null_count() == frame.height
     ):
-        # The usual batch: one year, no JSON times. Each distinct (month, day, time) is parsed
-        # once and joined back on its parts: no join on the line, no string per row. Rows with
-        # a time of their own (`_mon`) are exactly those `years` holds.
+        # The usual batch: one year, no JSON times. Rows in line order repeat their local time
+        # (many lines a second): each run of one (month, day, time) is parsed once and spread
+        # back over its rows by the run's number, with no join and no string per row. Rows
+        # without a time of their own (`_mon` null) get none, as before.
         year = int(one_year[0])
-        parts = ["_mon", "_day", "_hms"]
         text = pl.concat_str(
             [pl.lit(f"{year:04d}-"), pl.col("_mon"), pl.lit("-"), pl.col("_day"), pl.lit(" "),
              pl.col("_hms")]
         )  # fmt: skip
-        distinct = (
-            frame.filter(pl.col("_mon").is_not_null())
-            .select(parts)
-            .unique()
-            .with_columns(local_utc(text))
-        )
-        frame = frame.join(distinct, on=parts, how="left", nulls_equal=True, maintain_order="left")
+        runs = frame.select(pl.struct("_mon", "_day", "_hms").rle_id()).to_series()
+        heads = frame.filter(runs.is_first_distinct()).select(local_utc(text)).to_series()
+        frame = frame.with_columns(heads.gather(runs).alias("_local_utc"))
         frame = frame.with_row_index("_row").with_columns(zulu.alias("_wrapper"))
     else:
         frame = frame.join(years.select("line", "_year"), on="line", how="left")

@@ -602,12 +602,26 @@ REQUEST_ROWS: tuple[LineFormat, ...] = (
         "generated",
         "requests",
         "Generated response ",
-        r"Generated response (?P<request_id>[^\s:]+?)(?: \(streaming (?:delta|complete)\))?:",
+        r"Generated response (?P<request_id>[^\s:]+?)(?: \(streaming complete\))?:",
         "v0.10.1 – v0.33.0 (needs --enable-log-outputs)",
         "(APIServer pid=1) INFO 11-07 08:50:31 [logger.py:71] Generated response"
         " chatcmpl-b87aa23d3945464d97fa892ff0d2d044: output: 'Once upon a time',"
         " finish_reason: stop",
         constants={"event": "generated"},
+        bare_ok=False,
+    ),
+    # A streamed request logs a delta per chunk before its `(streaming complete)` line: the
+    # request is still running, so it is its own event (the join settles at `generated`).
+    LineFormat(
+        "generated_delta",
+        "requests",
+        "Generated response ",
+        r"Generated response (?P<request_id>[^\s:]+?) \(streaming delta\):",
+        "v0.10.1 – v0.33.0 (needs --enable-log-outputs)",
+        "(APIServer pid=1) INFO 11-07 08:50:30 [logger.py:71] Generated response"
+        " chatcmpl-b87aa23d3945464d97fa892ff0d2d044 (streaming delta): output: 'Once',"
+        " finish_reason: None",
+        constants={"event": "delta"},
         bare_ok=False,
     ),
     LineFormat(

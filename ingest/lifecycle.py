@@ -6,9 +6,10 @@ Which vLLM logs give both ends (vllm-log-formats.md §6.2): V0's AsyncLLMEngine 
 The default MQLLMEngine (0.6.2-0.10.2) and plain V1 log starts only: no rows come out of those.
 
 Rules:
-* start: the earliest `received`/`added` of the request; end: `finished`, else the last
-  `generated` (streaming deltas come before `(streaming complete)`), else the first
-  `aborted`/`failed`, which also marks success=False.
+* start: the earliest `received`/`added` of the request; end: the first `finished` or
+  `generated` (a response, or a stream's `(streaming complete)`), whichever comes first, else
+  the last `delta` (a stream's progress: one that was cut off ends at its last delta), else
+  the first `aborted`/`failed`, which also marks success=False.
 * ids are matched across spellings: from 0.14 `Added request` logs `<id>-<8 random chars>`
   and completions add `-<index>`; such an id is folded onto the `Received` id it extends.
   `Aborted request(s) a,b.` stands for each id.
@@ -19,9 +20,10 @@ Rules:
 
 Two ways in, one set of rules: `latencies_from_requests` over a whole `requests` frame, and
 `RequestJoin`, which `report` and `serve` feed chunk by chunk so that no request row is kept.
-The join holds only the events of requests still open; it settles a request when it finishes,
-when its id starts again, or when nothing of it was logged for `HORIZON` of log time, and
-keeps at most `MAX_OPEN` open requests (the oldest settle first). It gives two compact
+The join holds only the events of requests still open; it settles a request when it finishes
+(`finished` or `generated`: nothing later changes its end), when its id starts again, or
+when nothing of it was logged for `HORIZON` of log time, and keeps at most `MAX_OPEN` open
+requests (the oldest settle first). It gives two compact
 frames: ARRIVALS (every request's start, when it starts) and JOINED (start and e2e, when it
 settles). The difference from one go: an end logged more than an hour after the request's
 previous line is not joined to it.
@@ -88,24 +90,26 @@ def _fold_ids(
     `known_before`: ids of earlier batches that count as known (RequestJoin).
     """
     has_received = bool((events["event"] == "received").any()) if received is None else received
-    reference = events.filter(_is_reference(has_received))["request_id"]
+    ids = events["request_id"]
+    is_reference = events.select(_is_reference(has_received)).to_series()
+    reference = ids.filter(is_reference)
     if known_before is not None and known_before.len():
         reference = pl.concat([reference, known_before])
-    known = reference.unique().implode()
-    ids = events["request_id"]
-    unknown = (~events.select(pl.col("request_id").is_in(known)).to_series()).arg_true()
+    known = reference.implode()
+    # Reference ids are known by definition: only the others are looked up.
+    others = (~is_reference).arg_true()
+    unknown = others.filter(~ids.gather(others).is_in(known))
     if unknown.len() == 0:
         return events.with_columns(key=ids)
     # The shortened spellings only for the ids not known as they are (most are): the regex is
-    # what costs here, and a when/then would run it on every row.
+    # what costs here, and a when/then would run it on every row. Both spellings are looked
+    # up in one pass (the lookup builds its set of known ids each time).
     one = ids.gather(unknown).str.replace(r"-[^-]+$", "")
     two = one.str.replace(r"-[^-]+$", "")
+    hits = pl.concat([one, two]).is_in(known)
+    n = unknown.len()
     folded = pl.select(
-        pl.when(one.is_in(known))
-        .then(one)
-        .when(two.is_in(known))
-        .then(two)
-        .otherwise(ids.gather(unknown))
+        pl.when(hits.head(n)).then(one).when(hits.tail(n)).then(two).otherwise(ids.gather(unknown))
     ).to_series()
     return events.with_columns(key=ids.scatter(unknown, folded))
 
@@ -151,7 +155,8 @@ def _sessions(events: pl.DataFrame) -> pl.DataFrame:
         line=pl.col("line").filter(is_start).first(),
         pid=pl.col("pid").filter(is_start).first(),
         finished=first_time(["finished"]),
-        generated=pl.col("timestamp").filter(pl.col("event") == "generated").max(),
+        generated=first_time(["generated"]),
+        delta=pl.col("timestamp").filter(pl.col("event") == "delta").max(),
         stopped=first_time(["aborted", "failed"]),
         last=pl.col("timestamp").max(),
         old=pl.col("_old").filter(is_start).any() if "_old" in events.columns else pl.lit(False),
@@ -174,9 +179,13 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     # Per-row columns first, plain aggregations after: filters inside an aggregation are
     # evaluated group by group, which is what costs on millions of requests.
-    # (time, line) as one number: the order `_numbered` sorts by.
-    rank = pl.col("timestamp").dt.epoch("us").cast(pl.Int128) * (1 << 40) + pl.col("line")
+    events = events.with_columns(_rank=_rank(events))
+    rank = pl.col("_rank")
     first = pl.col("_sr").arg_min()  # the earliest start in (time, line) order
+    # A join reads one deployment: then the key alone names a request.
+    deployments = events["deployment"]
+    single = deployments.null_count() == 0 and bool((deployments == deployments[0]).all())
+    by = ["key"] if single else ["deployment", "key"]
     groups = (
         events.with_columns(
             _s=when(is_start),
@@ -184,17 +193,20 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             _or=pl.when(~is_start).then(rank),
             _f=when(pl.col("event") == "finished"),
             _g=when(pl.col("event") == "generated"),
+            _d=when(pl.col("event") == "delta"),
             _x=when(pl.col("event").is_in(["aborted", "failed"])),
             _so=is_start & pl.col("_old"),
         )
-        .group_by(["deployment", "key"])
+        .group_by(by)
         .agg(
+            *([] if len(by) == 2 else [pl.col("deployment").first()]),
             start=pl.col("_s").min(),
             source=pl.col("source").get(first),
             line=pl.col("line").get(first),
             pid=pl.col("pid").get(first),
             finished=pl.col("_f").min(),
-            generated=pl.col("_g").max(),
+            generated=pl.col("_g").min(),
+            delta=pl.col("_d").max(),
             stopped=pl.col("_x").min(),
             last=ts.max(),
             old=pl.col("_so").any(),
@@ -210,13 +222,31 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return simple.drop("_last_start", "_first_other"), others
 
 
+def _rank(events: pl.DataFrame) -> pl.Series:
+    """(time, line) as one number, the order `_numbered` sorts by: 64 bits when the batch's
+    span of times and lines fits (the usual case), else 128."""
+    micros = events["timestamp"].dt.epoch("us")
+    lines = events["line"]
+    low, high, bottom, top = micros.min(), micros.max(), lines.min(), lines.max()
+    if (
+        isinstance(low, int)
+        and isinstance(high, int)
+        and isinstance(bottom, int)
+        and isinstance(top, int)
+        and bottom >= 0
+        and (high - low + 1) * (top + 1) < 1 << 62
+    ):
+        return (micros - low) * (top + 1) + lines
+    wide = pl.col("timestamp").dt.epoch("us").cast(pl.Int128) * (1 << 40) + pl.col("line")
+    return events.select(wide).to_series()
+
+
 def _joined(sessions: pl.DataFrame) -> pl.DataFrame:
     """Sessions with both ends: start, e2e and success (the rules of the module doc)."""
-    end = pl.coalesce("finished", "generated", "stopped")
+    done = pl.min_horizontal("finished", "generated")
+    end = pl.coalesce(done, "delta", "stopped")
     return (
-        sessions.with_columns(
-            end=end, success=pl.col("finished").is_not_null() | pl.col("generated").is_not_null()
-        )
+        sessions.with_columns(end=end, success=done.is_not_null() | pl.col("delta").is_not_null())
         .filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
         .filter(pl.col("end") >= pl.col("start"))
         .with_columns(
@@ -350,13 +380,16 @@ class RequestJoin:
 
     def _settle(self, events: pl.DataFrame, newest: object) -> tuple[pl.DataFrame, pl.DataFrame]:
         simple, tangled = _quick_sessions(events)
-        numbered = _numbered(events.join(tangled, on=["deployment", "key"], how="semi"))
+        # Most batches have no reused id and few open requests: each join below is skipped
+        # when its right side is empty (a join probes every event whatever it holds).
+        numbered = _numbered(_semi(events, tangled, ["deployment", "key"]))
         sessions = pl.concat([simple, _sessions(numbered)], how="diagonal_relaxed")
         if newest is None:
             done = pl.lit(True)
         else:
             cutoff = newest - self._horizon  # type: ignore[operator]
-            done = pl.col("finished").is_not_null() | pl.col("later") | (pl.col("last") < cutoff)
+            ended = pl.col("finished").is_not_null() | pl.col("generated").is_not_null()
+            done = ended | pl.col("later") | (pl.col("last") < cutoff)
         sessions = sessions.with_columns(_done=done)
         still = sessions.filter(~pl.col("_done"))
         if still.height > self._max_open:
@@ -375,15 +408,23 @@ class RequestJoin:
         self._still = still
         keep = [*_EVENT_COLUMNS, "key", "_old"]
         open_simple = still.filter(pl.col("session") == 0).select("deployment", "key")
+        open_events = _semi(events, open_simple, ["deployment", "key"])
+        if tangled.height and open_events.height:
+            open_events = open_events.join(tangled, on=["deployment", "key"], how="anti")
         self._open = pl.concat(
             [
-                events.join(open_simple, on=["deployment", "key"], how="semi")
-                .join(tangled, on=["deployment", "key"], how="anti")
-                .select(keep),
-                numbered.join(still.select(*_GROUP), on=_GROUP, how="semi").select(keep),
+                open_events.select(keep),
+                _semi(numbered, still.select(*_GROUP), _GROUP).select(keep),
             ]
         ).with_columns(_old=pl.lit(True))
         return arrivals.cast(ARRIVALS), joined.cast(JOINED)
+
+
+def _semi(frame: pl.DataFrame, keys: pl.DataFrame, on: list[str]) -> pl.DataFrame:
+    """The rows of `frame` whose `on` columns are a row of `keys`."""
+    if keys.height == 0 or frame.height == 0:
+        return frame.clear()
+    return frame.join(keys, on=on, how="semi")
 
 
 def _event_schema() -> dict[str, pl.DataType]:

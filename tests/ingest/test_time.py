@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from preemptscope.ingest._time import SMALL_FRAME
 from preemptscope.ingest.logs import ParseOptions, parse_lines, parse_path
 
 from preemptscope.errors import ConfigError
@@ -82,3 +83,33 @@ def test_json_asctime_carries_its_year() -> None:
     assert row["timestamp"] == datetime(2031, 3, 4, 5, 6, 7, 890000, tzinfo=UTC)
     assert (row["process"], row["pid"], row["level"]) == ("EngineCore", 7, "WARNING")
     assert frames.year_source == "json"
+
+
+@pytest.mark.parametrize("tz", ["UTC", "Europe/Berlin"])
+def test_big_batches_date_like_small_ones(tz: str) -> None:
+    # Batches above SMALL_FRAME rows parse each run of one local time once and spread it over
+    # the run; smaller ones parse every row. Runs that come back (a time seen, another, then
+    # the first again), a day change and a DST change must date the same either way.
+    times = ["03-29 01:59:59", "03-29 01:59:59", "03-29 03:00:00", "03-29 01:59:59"]
+    times += [
+        f"03-29 {h:02d}:{m:02d}:{s:02d}"
+        for h in (4, 23)
+        for m in (0, 15, 30, 45, 59)
+        for s in range(60)
+    ]
+    times += ["03-30 00:00:00"] * 3
+    lines = [
+        f"(APIServer pid=1) INFO {t} [logger.py:49] Received request r{i}: params: x."
+        for i, t in enumerate(times)
+    ]
+    assert len(lines) > SMALL_FRAME
+    options = ParseOptions(year=2026, tz=tz)
+    big = parse_lines(lines, source="x.log", deployment="d", options=options)["requests"]
+    small = [
+        parse_lines(lines[i : i + 100], source="x.log", deployment="d", options=options)[
+            "requests"
+        ]["timestamp"]
+        for i in range(0, len(lines), 100)
+    ]
+    assert big.height == len(lines)
+    assert big["timestamp"].to_list() == [t for part in small for t in part.to_list()]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from preemptscope.ingest.lifecycle import latencies_from_requests
+from preemptscope.ingest.lifecycle import RequestJoin, latencies_from_requests
 from preemptscope.ingest.logs import ParseOptions, parse_lines
 from preemptscope.ingest.schema import REQUEST_LATENCIES, REQUESTS
 
@@ -58,19 +58,54 @@ def test_v0_received_to_finished() -> None:
     assert rows["cmpl-1"]["ttft"] is None
 
 
-def test_v1_generated_response_last_delta_is_the_end() -> None:
+def test_v1_generated_response_is_the_end_and_deltas_are_progress() -> None:
     frame = latencies_from_requests(
         _events(
             [
                 (0, "received", "chatcmpl-a"),
                 (0, "added", "chatcmpl-a-b8cfa283"),  # 0.14+: internal id with random suffix
-                (2, "generated", "chatcmpl-a"),  # streaming delta
+                (2, "delta", "chatcmpl-a"),  # streaming delta
                 (5, "generated", "chatcmpl-a"),  # streaming complete
+                (7, "delta", "chatcmpl-a"),  # nothing after the end changes it
+                (0, "received", "chatcmpl-b"),
+                (3, "delta", "chatcmpl-b"),  # a stream cut off: its last delta
+                (4, "delta", "chatcmpl-b"),
             ]
         )
     )
-    (row,) = frame.iter_rows(named=True)
-    assert row["request_id"] == "chatcmpl-a" and row["e2e"] == 5.0
+    rows = _by_id(frame)
+    assert rows["chatcmpl-a"]["e2e"] == 5.0 and rows["chatcmpl-a"]["success"]
+    assert rows["chatcmpl-b"]["e2e"] == 4.0 and rows["chatcmpl-b"]["success"]
+
+
+_STREAMED = [
+    "(APIServer pid=1) INFO 11-07 08:50:24 [logger.py:40] Received request chatcmpl-s: params:"
+    " SamplingParams(n=1), lora_request: None.",
+    "(APIServer pid=1) INFO 11-07 08:50:25 [logger.py:71] Generated response chatcmpl-s"
+    " (streaming delta): output: 'Generated response chatcmpl-s (streaming complete): x',"
+    " finish_reason: None",
+    "(APIServer pid=1) INFO 11-07 08:50:29 [logger.py:71] Generated response chatcmpl-s"
+    " (streaming delta): output: 'b', finish_reason: None",
+    "(APIServer pid=1) INFO 11-07 08:50:31 [logger.py:71] Generated response chatcmpl-s"
+    " (streaming complete): output: 'ab', finish_reason: stop",
+]
+
+
+@pytest.mark.parametrize("glued", [False, True])
+def test_streamed_response_events_on_both_paths(glued: bool) -> None:
+    # Column-wise (one record a line) and per line (the deltas behind a tqdm redraw): the same
+    # events, and an output's text never decides which.
+    lines = list(_STREAMED)
+    if glued:
+        bar = "Processed prompts:  50%|#####     | 1/2 [00:01<00:01]\r"
+        lines = [lines[0], bar + lines[1], bar + lines[2], lines[3]]
+    parsed = parse_lines(lines, source="x.log", deployment="d", options=ParseOptions(year=2026))
+    assert parsed["requests"]["event"].to_list() == ["received", "delta", "delta", "generated"]
+    (row,) = latencies_from_requests(parsed["requests"]).iter_rows(named=True)
+    assert row["e2e"] == pytest.approx(7.0)
+    join = RequestJoin()
+    _, joined = join.add(parsed["requests"])
+    assert joined["e2e"].to_list() == [pytest.approx(7.0)] and join.open_requests == 0
 
 
 def test_completion_index_and_suffix_fold_onto_received_id() -> None:

@@ -18,7 +18,7 @@ from preemptscope.ingest.schema import REQUEST_LATENCIES, REQUESTS
 T = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 _STARTS = ["received", "added"]
 _GROUP = ["deployment", "key", "session"]
-EVENTS = ["received", "added", "finished", "aborted", "generated", "failed"]
+EVENTS = ["received", "added", "finished", "aborted", "generated", "delta", "failed"]
 # Few base ids, so requests repeat (reused ids) and suffixed spellings fold onto them.
 IDS = ["0", "1", "cmpl-a", "cmpl-b", "chatcmpl-x"]
 SUFFIXES = ["", "-0", "-1a2b3c4d", "-0-1a2b3c4d", "-zz"]
@@ -68,14 +68,14 @@ def _reference(requests: pl.DataFrame) -> pl.DataFrame:
         start=first_time(_STARTS),
         source=pl.col("source").filter(is_start).first(),
         finished=first_time(["finished"]),
-        generated=pl.col("timestamp").filter(pl.col("event") == "generated").max(),
+        generated=first_time(["generated"]),
+        delta=pl.col("timestamp").filter(pl.col("event") == "delta").max(),
         stopped=first_time(["aborted", "failed"]),
     )
-    end = pl.coalesce("finished", "generated", "stopped")
+    ended = pl.min_horizontal("finished", "generated")
+    end = pl.coalesce(ended, "delta", "stopped")
     rows = (
-        sessions.with_columns(
-            end=end, success=pl.col("finished").is_not_null() | pl.col("generated").is_not_null()
-        )
+        sessions.with_columns(end=end, success=ended.is_not_null() | pl.col("delta").is_not_null())
         .filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
         .filter(pl.col("end") >= pl.col("start"))
         .sort(["deployment", "start", "key"])
@@ -278,3 +278,25 @@ def test_streaming_join_bounds_open_requests() -> None:
     )
     arrivals, joined = join.add(late)
     assert arrivals.height == 1 and join.open_requests == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(logged_stories())
+def test_streaming_join_on_spans_beyond_64_bits(rows: list[Row]) -> None:
+    # The join orders a batch's events by (time, line) in 64 bits when the span fits: decades
+    # of log and line numbers in the billions do not, and take the 128-bit order instead.
+    requests = (
+        _frame(rows)
+        .with_columns(deployment=pl.lit("a"))
+        .sort("timestamp", "line", nulls_last=True, maintain_order=True)
+        .with_columns(
+            line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64) * 1_000_000_000,
+            timestamp=T + (pl.col("timestamp") - T) * 50_000_000,
+        )
+    )
+    join = RequestJoin(horizon=timedelta(days=365 * 100))
+    joined = pl.concat([join.add(requests)[1], join.close()[1]])
+    whole = latencies_from_requests(requests)
+    got = joined.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
+    want = whole.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
+    assert got.equals(want)
