@@ -13,6 +13,7 @@ import html
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -41,6 +42,7 @@ from preemptscope.fleet_reduce import (
     SERIES_COLUMNS,
     Batch,
     FleetReducer,
+    ServerWindows,
     auto_window,
     base_name,
     group_windows,
@@ -68,6 +70,8 @@ IDENTITY = (("namespace", "pod"), ("pod",), ("instance",), ("job",))
 # A vLLM server has at least one of these (canonical names).
 CORE = (M_RUNNING, M_KV, M_PREEMPTIONS, M_WAITING)
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# Deployments whose servers are reduced in the background ahead of the one being analyzed.
+PREPARE_AHEAD = 1
 
 
 def needed_metrics() -> tuple[str, ...]:
@@ -231,6 +235,10 @@ class Fleet:
             selector=promapi.matchers(options.selector),
             identify=_identity,
         )
+        # One thread reduces servers (FleetReducer.take and server_windows run in it only).
+        self._prep = ThreadPoolExecutor(1, thread_name_prefix="reduce")
+        self._prepared: dict[str, Future[list[tuple[str, ServerWindows]]]] = {}
+        self._order = {name: i for i, name in enumerate(self.groups)}
         try:
             self._reducer.wait_first()
         except BaseException:
@@ -238,6 +246,9 @@ class Fleet:
             raise
 
     def close(self) -> None:
+        prep = getattr(self, "_prep", None)
+        if prep is not None:
+            prep.shutdown(wait=True, cancel_futures=True)
         reducer, self._reducer = getattr(self, "_reducer", None), None
         if reducer is not None:
             reducer.close()
@@ -251,12 +262,48 @@ class Fleet:
         self.close()
 
     def read(self, name: str) -> DeploymentInputs:
-        """One deployment: its windows reduced by Prometheus and the samples read raw."""
-        members = self.groups[name]
+        """One deployment: its windows reduced by Prometheus and the samples read raw.
+
+        Its servers' own reduction (server_windows: the raw reads, the gauges) is done in
+        the background, PREPARE_AHEAD deployments ahead in `groups` order, while the caller
+        analyzes the one before; the windows of the group are combined here.
+        """
+        assert self._reducer is not None, "read after close"
+        at = self._order.get(name, 0)
+        for ahead in [name, *list(self.groups)[at + 1 : at + 1 + PREPARE_AHEAD]]:
+            if ahead not in self._prepared:
+                self._prepared[ahead] = self._prep.submit(self._reduce, ahead)
+        parts = self._prepared.pop(name).result()
         target = DeploymentInputs(name)
-        parts, frames = [], []
-        for server in members:
-            assert self._reducer is not None, "read after close"
+        for source, one in parts:
+            scrapes = one.table["m_scrapes"].sum() if one.table.height else 0
+            target.sources.append(
+                SourceSummary(
+                    path=source,
+                    kind="metrics",
+                    deployment=name,
+                    records={
+                        "scrapes": int(scrapes or 0),
+                        "series": one.series,
+                        "windows": one.table.height,
+                        "windows_read_raw": len(one.raw | one.busy),
+                        "samples_read_raw": one.samples.height,
+                    },
+                )
+            )
+        windows = [one for _, one in parts]
+        data = sorted({k for one in windows if one.table.height for k in one.table["win"]})
+        target.reduced = group_windows(windows, data, self.params)
+        target.metrics = pl.concat([one.samples for one in windows], how="vertical").sort(
+            "timestamp", maintain_order=True
+        )
+        return target
+
+    def _reduce(self, name: str) -> list[tuple[str, ServerWindows]]:
+        """Each server of a group: (its source, its windows); in the background thread."""
+        assert self._reducer is not None, "read after close"
+        parts = []
+        for server in self.groups[name]:
             reduced = self._reducer.take(server.name)
             source = _source(self.client, server)
             one = server_windows(
@@ -273,27 +320,8 @@ class Fleet:
                 end=self.options.end,
                 params=self.params,
             )
-            parts.append(one)
-            frames.append(one.samples)
-            scrapes = one.table["m_scrapes"].sum() if one.table.height else 0
-            target.sources.append(
-                SourceSummary(
-                    path=source,
-                    kind="metrics",
-                    deployment=name,
-                    records={
-                        "scrapes": int(scrapes or 0),
-                        "series": one.series,
-                        "windows": one.table.height,
-                        "windows_read_raw": len(one.raw | one.busy),
-                        "samples_read_raw": one.samples.height,
-                    },
-                )
-            )
-        data = sorted({k for one in parts if one.table.height for k in one.table["win"].to_list()})
-        target.reduced = group_windows(parts, data, self.params)
-        target.metrics = pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
-        return target
+            parts.append((source, one))
+        return parts
 
 
 def plan_batches(servers: Sequence[Server], windows: int) -> list[Batch]:
