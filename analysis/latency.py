@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import numpy as np
@@ -89,8 +89,8 @@ def _window_index(
     if frame.is_empty() or not windows:
         return frame.with_columns(window=pl.lit(None, pl.Int64)).clear()
     dtype = frame.schema["timestamp"]
-    starts = pl.Series([w[0] for w in windows]).cast(dtype)
-    ends = pl.Series([w[1] for w in windows]).cast(dtype)
+    starts = _moments([w[0] for w in windows], dtype)
+    ends = _moments([w[1] for w in windows], dtype)
     side: Literal["left", "right"] = "left" if cumulative else "right"
     position = starts.search_sorted(frame["timestamp"], side=side).cast(pl.Int64) - 1
     frame = frame.with_columns(window=position)
@@ -98,6 +98,17 @@ def _window_index(
     window_end = ends.gather(frame["window"])
     inside = frame["timestamp"] <= window_end if cumulative else frame["timestamp"] < window_end
     return frame.filter(inside)
+
+
+def _moments(moments: Sequence[datetime], dtype: pl.DataType) -> pl.Series:
+    """Aware datetimes as a Series of `dtype`, through integer microseconds (the same instants
+    as pl.Series(moments), many times faster than converting each datetime object)."""
+    micros = [(moment - _EPOCH) // _MICROSECOND for moment in moments]
+    return pl.Series(micros, dtype=pl.Int64).cast(pl.Datetime("us", "UTC")).cast(dtype)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,6 +126,8 @@ def _metric_rows(
     rows = samples.filter(
         pl.col("metric").is_in(names) & pl.col("sample").is_in([*kinds, "created"])
     ).select([*SERIES_KEYS, "metric", "timestamp", "sample", "le", "value"])
+    if not (rows["sample"] == "created").any():  # no `_created` series: nothing to join
+        return rows.with_columns(created=pl.lit(None, pl.Float64)).sort("timestamp")
     # A window over (series, scrape) is much cheaper than a join on these string keys.
     own_created = pl.when(pl.col("sample") == "created").then(pl.col("value"))
     rows = rows.with_columns(created=own_created.max().over([*SERIES_KEYS, "metric", "timestamp"]))
@@ -297,12 +310,20 @@ def _histogram_pairs(
     if model_name is not None:
         frame = frame.filter(pl.col("model_name") == model_name)
     line = [*SERIES_KEYS, "metric", "sample", "le"]
-    frame = frame.with_columns(previous=pl.col("value").shift(1).over(line))
+    # Both shifts in one context: the groups of `line` are computed once.
     frame = frame.with_columns(
-        restarted=(pl.col("value") < pl.col("previous")).fill_null(False) | _restarted(line)
+        previous=pl.col("value").shift(1).over(line),
+        created_before=pl.col("created").shift(1).over(line),
     )
-    # One restart flag per series and scrape, so every bucket of that scrape agrees.
-    reset = pl.col("restarted").any().over([*SERIES_KEYS, "metric", "timestamp"])
+    frame = frame.with_columns(
+        restarted=(pl.col("value") < pl.col("previous")).fill_null(False)
+        | (pl.col("created") != pl.col("created_before")).fill_null(False)
+    )
+    # One restart flag per series and scrape, so every bucket of that scrape agrees (nothing
+    # to spread when no bucket restarted).
+    reset: pl.Expr = pl.lit(False)
+    if frame["restarted"].any():
+        reset = pl.col("restarted").any().over([*SERIES_KEYS, "metric", "timestamp"])
     increase = (
         pl.when(pl.col("previous").is_null())
         .then(None)
@@ -427,10 +448,12 @@ def histograms_windows_stats(
 
 
 def _totals(pairs: pl.DataFrame, *by: str) -> pl.DataFrame:
+    """Summed increases per (*by, window, sample, le), in window and bound order within each
+    (*by, sample): all their readers need (sorting on the strings too cost more than the sum)."""
     return (
         pairs.group_by(*by, "window", "sample", "le")
         .agg(pl.col("increase").sum())
-        .sort(*by, "window", "sample", "le")
+        .sort("window", "le")
     )
 
 
@@ -454,7 +477,7 @@ def _stats_from_totals(
         bounds = list(bounds_list[0])
         if not bounds:
             continue
-        matrix = np.array(group["increase"].to_list(), dtype=np.float64)
+        matrix = group["increase"].explode().to_numpy().astype(np.float64, copy=False)
         matrix = matrix.reshape(len(members), len(bounds))
         window_sums = [sums.get(w) for w in members]
         found = _stats_many(kind, bounds, matrix, window_sums, [counts.get(w) for w in members])
@@ -483,22 +506,17 @@ def _quantiles(
         inner = np.minimum(
             upper, lower + (upper - lower) * (rank - below) / (counts[at, index] - below)
         )
-    values: list[float | None] = []
-    limited: list[bool] = []
-    for r in range(rows):
-        i = int(index[r])
-        if not total[r] > 0:
-            values.append(None)
-            limited.append(False)
-        elif i == n - 1:
-            values.append(float(bounds[-2]) if n > 1 else None)
-            limited.append(True)
-        elif i == 0:
-            values.append(float(upper[r]) if upper[r] <= 0 else float(first[r]))
-            limited.append(True)
-        else:
-            values.append(float(inner[r]))
-            limited.append(False)
+    # The branches of bucket_quantile, per row: the +Inf bucket, the first one, inside.
+    last, first_bucket = index == n - 1, index == 0
+    picked = np.where(
+        last,
+        float(bounds[-2]) if n > 1 else np.nan,
+        np.where(first_bucket, np.where(upper <= 0, upper, first), inner),
+    )
+    missing = ~(total > 0) | (last & (n == 1))
+    limited = ((last | first_bucket) & (total > 0)).tolist()
+    values = [None if gone else value for value, gone in zip(picked.tolist(), missing.tolist(),
+                                                              strict=True)]  # fmt: skip
     return values, limited
 
 

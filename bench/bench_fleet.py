@@ -5,10 +5,14 @@ Builds N servers x D days of S-second scrapes with the scheduler simulator
 starts Debian's prometheus on 127.0.0.1, and runs `preemptscope report --prometheus URL --json`
 in a child process: wall time and peak RSS (os.wait4's rusage). Building the data is setup,
 not measured; `--data DIR` keeps it for the next run. `--profile` first runs the same report
-in-process under pyinstrument. Figures: docs/benchmarks.md ("Fleet report from Prometheus").
-Run from the repository root:
+in-process under pyinstrument. `--terminal --since 7d` times the command the issue names
+(`report --prometheus URL --since 7d --end END`, the terminal report); `--compare REF` runs the
+same report of git ref REF too, alternately (`--repeat` pairs), for a ratio on a noisy machine.
+Figures: docs/benchmarks.md ("Fleet report from Prometheus"). Run from the repository root:
     python bench/bench_fleet.py --servers 10 --days 1 --data /tmp/f10x1
     python bench/bench_fleet.py --servers 100 --days 7 --seeds 1 --batch 10 --data /tmp/f100x7
+    python bench/bench_fleet.py --servers 100 --days 7 --seeds 1 --data /tmp/f100x7 \
+        --terminal --since 7d --compare HEAD~3 --repeat 2
 """
 
 from __future__ import annotations
@@ -17,16 +21,23 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# A sibling in bench/ (not a package): mypy cannot follow it.
+from bench_parse import _cli, checkout  # type: ignore[import-not-found]
+
+from preemptscope.settings import parse_duration
 from tests.fleet import fleetgen
 
 
@@ -92,8 +103,9 @@ def _reap(proc: Any, om: Path) -> tuple[Any, Path] | None:
     return None
 
 
-def measure(argv: list[str]) -> tuple[dict[str, Any], float, float]:
-    """The child's JSON, wall seconds and peak RSS (MB, from wait4's rusage)."""
+def measure(argv: list[str], *, json_out: bool = True) -> dict[str, Any]:
+    """Run the child: its JSON (when json_out), wall seconds, peak RSS (MB) and CPU seconds
+    (from wait4's rusage)."""
     with tempfile.TemporaryFile() as out:
         t = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE)
@@ -105,7 +117,14 @@ def measure(argv: list[str]) -> tuple[dict[str, Any], float, float]:
         if proc.returncode != 0:
             raise SystemExit(f"report failed ({proc.returncode}): {err.decode()[-2000:]}")
         out.seek(0)
-        return json.loads(out.read()), wall, usage.ru_maxrss / 1024
+        return {
+            "report": json.loads(out.read()) if json_out else None,
+            "wall_s": round(wall, 1),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024),
+            "user_s": round(usage.ru_utime, 1),
+            "sys_s": round(usage.ru_stime, 1),
+            "load_1min": round(os.getloadavg()[0], 1),
+        }
 
 
 def profile(url: str, start: datetime, end: datetime, window: str | None) -> None:
@@ -143,6 +162,11 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=2, help="simulations per profile")
     parser.add_argument("--batch", type=int, default=0, help="servers per OpenMetrics file")
     parser.add_argument("--build-only", action="store_true", help="build --data and stop")
+    parser.add_argument("--since", default=None, help="read this long a range, ending at the end")
+    parser.add_argument("--terminal", action="store_true", help="time the terminal report")
+    parser.add_argument("--compare", default=None, help="also time git ref REF, alternately")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each (with --compare)")
+    parser.add_argument("--url", default=None, help="a Prometheus already serving --data's TSDB")
     args = parser.parse_args()
     out: dict[str, object] = {
         "servers": args.servers, "days": args.days, "interval_s": args.interval,
@@ -155,30 +179,61 @@ def main() -> int:
             print(json.dumps(out, indent=2))
             return 0
         start, end = (datetime.fromisoformat(meta[k]) for k in ("start", "end"))
-        with fleetgen.running_prometheus(root / "tsdb", root) as url:
+        span = ["--start", start.isoformat(), "--end", end.isoformat()]
+        if args.since:
+            span = ["--since", args.since, "--end", end.isoformat()]
+            start = end - timedelta(seconds=parse_duration(args.since))
+        with _prometheus(root, args.url) as url:
             if args.profile:
                 profile(url, start, end, args.window)
-            argv = [sys.executable, "-m", "preemptscope.cli", "report", "--prometheus", url,
-                    "--start", start.isoformat(), "--end", end.isoformat(),
-                    "--prometheus-timeout", "600s", "--json"]  # fmt: skip
-            if args.window:
-                argv += ["--window", args.window]
-            report, wall, rss = measure(argv)
-            out["report_s"] = round(wall, 1)
-            out["report_peak_rss_mb"] = round(rss)
-            out["window_s"] = report["fleet"]["window_s"]
-            out["deployments"] = len(report["deployments"])
-            verdicts = [d["verdict"]["state"] for d in report["deployments"]]
-            out["verdicts"] = {v: verdicts.count(v) for v in sorted(set(verdicts))}
-            out["preemptions"] = sum(d["preemptions"]["total"] or 0 for d in report["deployments"])
-            records = [s["records"] for s in report["sources"] if s["kind"] == "metrics"]
-            out["scrapes"] = sum(r["scrapes"] for r in records)
-            out["windows"] = sum(r["windows"] for r in records)
-            out["windows_read_raw"] = sum(r["windows_read_raw"] for r in records)
-            out["samples_read_raw"] = sum(r["samples_read_raw"] for r in records)
+            argv = ["report", "--prometheus", url, *span, "--prometheus-timeout", "600s",
+                    *([] if args.terminal else ["--json"]),
+                    *(["--window", args.window] if args.window else [])]  # fmt: skip
+            contenders = [("this tree", _cli(None, *argv))]
+            if args.compare:
+                contenders.append((args.compare, _cli(checkout(args.compare), *argv)))
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in contenders}
+            for i in range(args.repeat if args.compare else 1):
+                for name, child in contenders if i % 2 == 0 else contenders[::-1]:
+                    runs[name].append(measure(child, json_out=not args.terminal))
+            first = runs["this tree"][0]
+            out["report_s"] = first["wall_s"]
+            out["report_peak_rss_mb"] = first["peak_rss_mb"]
+            if not args.terminal:
+                out.update(_summary(first["report"]))
+            for measured in runs.values():
+                for run in measured:
+                    run.pop("report")
+            out["runs"] = runs
+            if args.compare:
+                mine = statistics.median(r["wall_s"] for r in runs["this tree"])
+                theirs = statistics.median(r["wall_s"] for r in runs[args.compare])
+                out["wall_ratio"] = round(mine / theirs, 3)
     print(json.dumps(out, indent=2))
     return 0
-    return 0
+
+
+@contextlib.contextmanager
+def _prometheus(root: Path, url: str | None) -> Iterator[str]:
+    """`url` when given (a Prometheus serving root/tsdb already), else one started on it."""
+    if url is not None:
+        yield url
+        return
+    with fleetgen.running_prometheus(root / "tsdb", root) as started:
+        yield started
+
+
+def _summary(report: dict[str, Any]) -> dict[str, Any]:
+    """What the JSON report says about the fleet: window, verdicts, totals, raw reads."""
+    out: dict[str, Any] = {"window_s": report["fleet"]["window_s"]}
+    out["deployments"] = len(report["deployments"])
+    verdicts = [d["verdict"]["state"] for d in report["deployments"]]
+    out["verdicts"] = {v: verdicts.count(v) for v in sorted(set(verdicts))}
+    out["preemptions"] = sum(d["preemptions"]["total"] or 0 for d in report["deployments"])
+    records = [s["records"] for s in report["sources"] if s["kind"] == "metrics"]
+    for key in ("scrapes", "windows", "windows_read_raw", "samples_read_raw"):
+        out[key] = sum(r[key] for r in records)
+    return out
 
 
 if __name__ == "__main__":

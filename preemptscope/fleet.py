@@ -10,8 +10,10 @@ chunk, into the METRIC_SAMPLES frame `/metrics` snapshots give, so the analysis 
 from __future__ import annotations
 
 import html
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -35,12 +37,15 @@ from preemptscope.analysis.windows import (
 )
 from preemptscope.errors import ConfigError
 from preemptscope.fleet_reduce import (
+    BATCH_POINTS,
     MAX_AUTO_WINDOWS,
-    Reduced,
+    SERIES_COLUMNS,
+    Batch,
+    FleetReducer,
+    ServerWindows,
     auto_window,
     base_name,
     group_windows,
-    reduce_fleet,
     server_windows,
 )
 from preemptscope.ingest import promapi
@@ -65,6 +70,8 @@ IDENTITY = (("namespace", "pod"), ("pod",), ("instance",), ("job",))
 # A vLLM server has at least one of these (canonical names).
 CORE = (M_RUNNING, M_KV, M_PREEMPTIONS, M_WAITING)
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# Deployments whose servers are reduced in the background ahead of the one being analyzed.
+PREPARE_AHEAD = 1
 
 
 def needed_metrics() -> tuple[str, ...]:
@@ -132,6 +139,7 @@ class Server:
     matchers: tuple[tuple[str, str], ...]
     labels: dict[str, str]  # the labels all its series share (namespace, pod, model_name, ...)
     names: tuple[str, ...]  # exposed metric names the analysis needs
+    series: int = 0  # how many series it has in the range
 
     def selector(self, extra: str, names: Sequence[str] | None = None) -> str:
         """Its series (of `names` when given) with the user's matchers `extra`."""
@@ -171,7 +179,7 @@ def discover(client: promapi.PromClient, options: FleetOptions) -> list[Server]:
         if models:
             shared.setdefault("model_name", ",".join(models))
         name = "/".join(value for _, value in identity) or "prometheus"
-        servers.append(Server(name, identity, shared, tuple(names)))
+        servers.append(Server(name, identity, shared, tuple(names), len(series)))
     return sorted(servers, key=lambda s: s.name)
 
 
@@ -214,21 +222,36 @@ class Fleet:
         for server in servers:
             self.groups.setdefault(group_name(server, options.group_by), []).append(server)
         self.params = AnalysisParams(window_s=options.window)
+        # Read in this order (join_local), so the batches' queries run ahead of the analysis.
+        order = [server for members in self.groups.values() for server in members]
+        windows = math.ceil((options.end - options.start).total_seconds() / options.window) + 1
+        self.batches = plan_batches(order, windows)
+        self._reducer: FleetReducer | None = FleetReducer(
+            self.client,
+            self.batches,
+            start=options.start,
+            end=options.end,
+            window_s=options.window,
+            selector=promapi.matchers(options.selector),
+            identify=_identity,
+        )
+        # One thread reduces servers (FleetReducer.take and server_windows run in it only).
+        self._prep = ThreadPoolExecutor(1, thread_name_prefix="reduce")
+        self._prepared: dict[str, Future[list[tuple[str, ServerWindows]]]] = {}
+        self._order = {name: i for i, name in enumerate(self.groups)}
         try:
-            self.reduced = reduce_fleet(
-                self.client,
-                [(s.name, s.matchers, s.names) for s in servers],
-                start=options.start,
-                end=options.end,
-                window_s=options.window,
-                selector=promapi.matchers(options.selector),
-                identify=_identity,
-            )
+            self._reducer.wait_first()
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
+        prep = getattr(self, "_prep", None)
+        if prep is not None:
+            prep.shutdown(wait=True, cancel_futures=True)
+        reducer, self._reducer = getattr(self, "_reducer", None), None
+        if reducer is not None:
+            reducer.close()
         if self._own:
             self.client.close()
 
@@ -239,12 +262,49 @@ class Fleet:
         self.close()
 
     def read(self, name: str) -> DeploymentInputs:
-        """One deployment: its windows reduced by Prometheus and the samples read raw."""
-        members = self.groups[name]
+        """One deployment: its windows reduced by Prometheus and the samples read raw.
+
+        Its servers' own reduction (server_windows: the raw reads, the gauges) is done in
+        the background, PREPARE_AHEAD deployments ahead in `groups` order, while the caller
+        analyzes the one before; the windows of the group are combined here.
+        """
+        assert self._reducer is not None, "read after close"
+        at = self._order.get(name, 0)
+        for ahead in [name, *list(self.groups)[at + 1 : at + 1 + PREPARE_AHEAD]]:
+            if ahead not in self._prepared:
+                self._prepared[ahead] = self._prep.submit(self._reduce, ahead)
+        parts = self._prepared.pop(name).result()
         target = DeploymentInputs(name)
-        parts, frames = [], []
-        for server in members:
-            reduced = self.reduced.pop(server.name, None) or Reduced()
+        for source, one in parts:
+            scrapes = one.table["m_scrapes"].sum() if one.table.height else 0
+            target.sources.append(
+                SourceSummary(
+                    path=source,
+                    kind="metrics",
+                    deployment=name,
+                    records={
+                        "scrapes": int(scrapes or 0),
+                        "series": one.series,
+                        "windows": one.table.height,
+                        "windows_read_raw": len(one.raw | one.busy),
+                        "samples_read_raw": one.samples.height,
+                    },
+                )
+            )
+        windows = [one for _, one in parts]
+        data = sorted({k for one in windows if one.table.height for k in one.table["win"]})
+        target.reduced = group_windows(windows, data, self.params)
+        target.metrics = pl.concat([one.samples for one in windows], how="vertical").sort(
+            "timestamp", maintain_order=True
+        )
+        return target
+
+    def _reduce(self, name: str) -> list[tuple[str, ServerWindows]]:
+        """Each server of a group: (its source, its windows); in the background thread."""
+        assert self._reducer is not None, "read after close"
+        parts = []
+        for server in self.groups[name]:
+            reduced = self._reducer.take(server.name)
             source = _source(self.client, server)
             one = server_windows(
                 self.client,
@@ -260,29 +320,63 @@ class Fleet:
                 end=self.options.end,
                 params=self.params,
             )
-            parts.append(one)
-            frames.append(one.samples)
-            scrapes = one.table["m_scrapes"].sum() if one.table.height else 0
-            target.sources.append(
-                SourceSummary(
-                    path=source,
-                    kind="metrics",
-                    deployment=name,
-                    records={
-                        "scrapes": int(scrapes or 0),
-                        "series": one.counters.select(_SERIES).n_unique()
-                        if one.counters.height
-                        else 0,
-                        "windows": one.table.height,
-                        "windows_read_raw": len(one.raw | one.busy),
-                        "samples_read_raw": one.samples.height,
-                    },
-                )
-            )
-        data = sorted({k for one in parts if one.table.height for k in one.table["win"].to_list()})
-        target.reduced = group_windows(parts, data, self.params)
-        target.metrics = pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
-        return target
+            parts.append((source, one))
+        return parts
+
+
+def plan_batches(servers: Sequence[Server], windows: int) -> list[Batch]:
+    """Consecutive servers in batches of at most BATCH_POINTS window values (series x windows).
+
+    The first batches hold 1, 2, 4, ... servers, so the first analysis waits for little; a
+    batch holds servers of one identity kind (its matchers select them and no others).
+    """
+    batches: list[Batch] = []
+    current: list[Server] = []
+    cap = 1
+
+    def flush() -> None:
+        specs = [(s.name, s.matchers, s.names) for s in current]
+        batches.append(Batch(specs, _batch_matchers(current), sum(s.series for s in current)))
+
+    for server in servers:
+        kind = [key for key, _ in server.matchers]
+        if current and (
+            kind != [key for key, _ in current[0].matchers]
+            or len(current) >= cap
+            or (sum(s.series for s in current) + server.series) * windows > BATCH_POINTS
+        ):
+            flush()
+            current, cap = [], cap * 2
+        current.append(server)
+    if current:
+        flush()
+    return batches
+
+
+def _batch_matchers(servers: Sequence[Server]) -> str:
+    """Matchers selecting these servers' series: their identity labels' values, and the
+    labels a less specific identity lacks (an `instance` server has no `pod`)."""
+    keys = [key for key, _ in servers[0].matchers]
+    parts = []
+    for i, key in enumerate(keys):
+        values = sorted({s.matchers[i][1] for s in servers})
+        if len(values) == 1:
+            parts.append(f"{key}={promapi.quote(values[0])}")
+        else:
+            alternatives = "|".join(_RE2_SPECIAL.sub(r"\\\g<0>", v) for v in values)
+            parts.append(f"{key}=~{promapi.quote(alternatives)}")
+    kind = tuple(keys)
+    earlier = IDENTITY[: IDENTITY.index(kind)] if kind in IDENTITY else IDENTITY
+    absent = {key for entry in earlier if len(entry) == 1 for key in entry}
+    for entry in earlier:
+        missing = [key for key in entry if key not in kind]
+        if len(missing) == 1 and not absent & set(entry):
+            absent.add(missing[0])
+    parts += [f'{key}=""' for key in sorted(absent)]
+    return ",".join(parts)
+
+
+_RE2_SPECIAL = re.compile(r"[\\.+*?()|\[\]{}^$]")
 
 
 def fleet_assumptions(options: FleetOptions) -> list[str]:
@@ -356,15 +450,12 @@ def read_group(
                 records={
                     "samples": frame.height,
                     "scrapes": frame["timestamp"].n_unique() if frame.height else 0,
-                    "series": frame.select(_SERIES).n_unique() if frame.height else 0,
+                    "series": frame.select(SERIES_COLUMNS).n_unique() if frame.height else 0,
                 },
             )
         )
     target.metrics = pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
     return target
-
-
-_SERIES = ["source", "metric", "sample", "le", "model_name", "engine", "labels"]
 
 
 def _source(prom: promapi.PromClient, server: Server) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -57,12 +57,14 @@ from preemptscope.ingest.schema import METRIC_SAMPLES
 
 __all__ = [
     "AUTO_WINDOWS",
+    "SERIES_COLUMNS",
+    "Batch",
+    "FleetReducer",
     "Reduced",
     "ServerWindows",
     "auto_window",
     "base_name",
     "group_windows",
-    "reduce_fleet",
     "server_windows",
 ]
 
@@ -72,8 +74,11 @@ BUSY = (M_PREEMPTIONS, M_KV, M_WAITING, M_RUNNING, M_PROMPT_TOKENS,
         "inter_token_latency_seconds", "time_per_output_token_seconds")  # fmt: skip
 # Points per answer: about 30 bytes each in JSON, so answers stay near 50 MB.
 POINTS_PER_ANSWER = 1_500_000
-STEPS_PER_QUERY = 10_000
-PARALLEL_QUERIES = 2  # Prometheus refuses more than 11,000 points per series
+STEPS_PER_QUERY = 10_000  # Prometheus refuses more than 11,000 points per series
+PARALLEL_QUERIES = 2  # Prometheus evaluates a query on one core
+# Servers per batch of range queries: about this many window values (series x windows, some
+# 18 MB of JSON); the first batches are smaller, so the analysis starts early.
+BATCH_POINTS = 600_000
 # The automatic window: the shortest of these giving at most MAX_AUTO_WINDOWS windows.
 AUTO_WINDOWS = (60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 86400.0)
 MAX_AUTO_WINDOWS = 1440
@@ -114,91 +119,164 @@ class ServerWindows:
     samples: pl.DataFrame  # METRIC_SAMPLES: the samples read raw, and only those
     raw: set[int]  # windows read raw (every series)
     busy: set[int]  # windows read raw for the evidence and calibration series
+    series: int = 0  # distinct SERIES_COLUMNS keys in `counters`
+
+
+# What tells series apart in a source's `series` count.
+SERIES_COLUMNS = ["source", "metric", "sample", "le", "model_name", "engine", "labels"]
 
 
 def _regex(names: Iterable[str]) -> str:
     return "|".join(sorted(set(names)))
 
 
-def reduce_fleet(
-    client: promapi.PromClient,
-    servers: Sequence[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]],
-    *,
-    start: datetime,
-    end: datetime,
-    window_s: float,
-    selector: str,
-    identify: Callable[[dict[str, str]], tuple[tuple[str, str], ...]],
-) -> dict[str, Reduced]:
-    """Range queries over every server at once; the answers split per server.
+# A server to reduce: (name, identity matchers, exposed names).
+ServerSpec = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]
+# A range query: (kind, query, first evaluation, last evaluation, the name a function drops).
+_Job = tuple[str, str, float, float, str | None]
 
-    `servers`: (name, identity matchers, exposed names); `identify` gives a series' identity.
+
+@dataclass(frozen=True)
+class Batch:
+    """Servers whose windows are read with one set of range queries."""
+
+    servers: Sequence[ServerSpec]
+    matchers: str  # PromQL matchers selecting these servers' series ('' for every series)
+    series: int  # how many series they have (sizes the queries' time chunks)
+
+
+class FleetReducer:
+    """The range queries of a fleet, batch by batch, in the background.
+
+    The caller takes the servers' answers in batch order (take()) while the next batches'
+    queries run (`ahead` batches beyond the one taken from, PARALLEL_QUERIES at a time), so
+    reducing and analysing one batch overlaps Prometheus evaluating the next; at most about
+    `ahead` batches of answers are held. Errors of a batch's queries are raised by take().
     """
-    by_identity = {identity: name for name, identity, _ in servers}
-    exposed = {n for _, _, names in servers for n in names}
-    counters = sorted(n for n in exposed if base_name(n) not in (*GAUGES, "cache_config_info"))
-    gauges = sorted(n for n in exposed if base_name(n) in GAUGES)
-    restart = sorted(n for n in counters if base_name(n) in RESTART_COUNTERS and
-                     not n.endswith("_created"))  # fmt: skip
-    out = {name: Reduced() for name, _, _ in servers}
-    w = window_s
-    first_win = math.floor(start.timestamp() / w)
-    last_win = math.floor(end.timestamp() / w)
-    extra = f",{selector}" if selector else ""
-    w_ms = max(1, round(w * 1000))
-    per_server = max(1, len(counters))
-    steps = max(1, min(STEPS_PER_QUERY, POINTS_PER_ANSWER // (per_server * len(servers))))
 
-    def select(names: Sequence[str]) -> str:
-        return f"{{__name__=~{promapi.quote(_regex(names))}{extra}}}"
+    def __init__(
+        self,
+        client: promapi.PromClient,
+        batches: Sequence[Batch],
+        *,
+        start: datetime,
+        end: datetime,
+        window_s: float,
+        selector: str,
+        identify: Callable[[dict[str, str]], tuple[tuple[str, str], ...]],
+        ahead: int = 2,
+    ) -> None:
+        self._client = client
+        self._batches = list(batches)
+        self._start, self._end, self._w = start, end, window_s
+        self._selector = selector
+        self._identify = identify
+        self._ahead = ahead
+        self._where = {spec[0]: i for i, b in enumerate(self._batches) for spec in b.servers}
+        self._submitted = 0
+        self._jobs: dict[int, list[Future[tuple[str, dict[str, promapi.RawSamples]]]]] = {}
+        self._answers: dict[int, dict[str, Reduced]] = {}
+        self._pool = ThreadPoolExecutor(PARALLEL_QUERIES, thread_name_prefix="prometheus")
 
-    # (kind, query, offset of the evaluation, the metric name a range function drops)
-    queries: list[tuple[str, str, float, str | None]] = []
-    if counters:
-        # At a window's end: the instant selector is the last sample (cheaper than
-        # last_over_time, which keeps the name too) when the 5-min lookback cannot reach the
-        # previous window.
-        fn = "" if w >= 300 else "last_over_time"
-        lasts = select(counters) if not fn else f"{fn}({select(counters)}[{w_ms}ms])"
-        queries.append(("lasts", lasts, 0.0, None))
-    # Gauges evaluated 1 ms before the window's end: the range (s - 1ms, e - 1ms] is [s, e).
-    # One query per name: series of several names would collide once the name is dropped
-    # (label_replace to keep it costs Prometheus ten times the query).
-    for kind, fn in (("maxima", "max_over_time"), ("sums", "sum_over_time"),
-                     ("counts", "count_over_time")):  # fmt: skip
-        for n in gauges:
-            query = f"{fn}({{__name__={promapi.quote(n)}{extra}}}[{w_ms}ms])"
-            queries.append((kind, query, -0.001, n))
-    for n in restart:
-        resets = f"resets({{__name__={promapi.quote(n)}{extra}}}[{2 * w_ms}ms]) > 0"
-        query = f"count by (namespace, pod, instance, job) ({resets})"
-        queries.append(("restarts", query, 0.0, None))
-    jobs = [
-        (kind, query, (lo + 1) * w + offset, (min(last_win, lo + steps - 1) + 1) * w + offset, n)
-        for lo in range(first_win, last_win + 1, steps)
-        for kind, query, offset, n in queries
-    ]
+    def take(self, name: str) -> Reduced:
+        """One server's answers (waiting for its batch's queries); empty for an unknown name."""
+        b = self._where.pop(name, None)
+        if b is None:
+            return Reduced()
+        if b not in self._answers:
+            self._submit(b + self._ahead)
+            self._answers[b] = self._collect(b)
+        answers = self._answers[b]
+        found = answers.pop(name)
+        if not answers:
+            del self._answers[b]
+        return found
 
-    def run(
-        job: tuple[str, str, float, float, str | None],
-    ) -> tuple[str, dict[str, promapi.RawSamples]]:
-        kind, query, first, last, name = job
-        answer = client.range_query(query, first, last, w)
-        if name is not None:
-            for item in answer.labels:
-                item["__name__"] = name
-        return kind, _split(answer, by_identity, identify)
+    def wait_first(self) -> None:
+        """Wait for the first batch, before any is taken (a bad query fails here)."""
+        if self._batches and self._submitted == 0:
+            self._submit(self._ahead)
+            self._answers[0] = self._collect(0)
 
-    # Two queries at a time: Prometheus evaluates one query on one core.
-    with ThreadPoolExecutor(max_workers=PARALLEL_QUERIES) as pool:
-        for kind, parts in pool.map(run, jobs):
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _submit(self, through: int) -> None:
+        while self._submitted <= min(through, len(self._batches) - 1):
+            b = self._submitted
+            batch = self._batches[b]
+            by_identity = {identity: name for name, identity, _ in batch.servers}
+            self._jobs[b] = [
+                self._pool.submit(self._run, job, by_identity) for job in self._plan(batch)
+            ]
+            self._submitted += 1
+
+    def _collect(self, b: int) -> dict[str, Reduced]:
+        out = {name: Reduced() for name, _, _ in self._batches[b].servers}
+        for future in self._jobs.pop(b):
+            kind, parts = future.result()
             for name, part in parts.items():
                 if kind == "restarts":
-                    wins = ((part.samples["t"] / w).round().cast(pl.Int64) - 1).to_list()
+                    wins = ((part.samples["t"] / self._w).round().cast(pl.Int64) - 1).to_list()
                     out[name].restarts.update(wins)
                 else:
                     getattr(out[name], kind).append(part)
-    return out
+        return out
+
+    def _plan(self, batch: Batch) -> list[_Job]:
+        servers = batch.servers
+        exposed = {n for _, _, names in servers for n in names}
+        counters = sorted(n for n in exposed if base_name(n) not in (*GAUGES, "cache_config_info"))
+        gauges = sorted(n for n in exposed if base_name(n) in GAUGES)
+        restart = sorted(n for n in counters if base_name(n) in RESTART_COUNTERS and
+                         not n.endswith("_created"))  # fmt: skip
+        w = self._w
+        first_win = math.floor(self._start.timestamp() / w)
+        last_win = math.floor(self._end.timestamp() / w)
+        extra = "".join(f",{m}" for m in (self._selector, batch.matchers) if m)
+        w_ms = max(1, round(w * 1000))
+        steps = max(1, min(STEPS_PER_QUERY, POINTS_PER_ANSWER // max(1, batch.series)))
+
+        def select(names: Sequence[str]) -> str:
+            return f"{{__name__=~{promapi.quote(_regex(names))}{extra}}}"
+
+        # (kind, query, offset of the evaluation, the metric name a range function drops)
+        queries: list[tuple[str, str, float, str | None]] = []
+        if counters:
+            # At a window's end: the instant selector is the last sample (cheaper than
+            # last_over_time, which keeps the name too) when the 5-min lookback cannot reach
+            # the previous window.
+            fn = "" if w >= 300 else "last_over_time"
+            lasts = select(counters) if not fn else f"{fn}({select(counters)}[{w_ms}ms])"
+            queries.append(("lasts", lasts, 0.0, None))
+        # Gauges evaluated 1 ms before the window's end: the range (s - 1ms, e - 1ms] is
+        # [s, e). One query per name: series of several names would collide once the name is
+        # dropped (label_replace to keep it costs Prometheus ten times the query).
+        for kind, fn in (("maxima", "max_over_time"), ("sums", "sum_over_time"),
+                         ("counts", "count_over_time")):  # fmt: skip
+            for n in gauges:
+                query = f"{fn}({{__name__={promapi.quote(n)}{extra}}}[{w_ms}ms])"
+                queries.append((kind, query, -0.001, n))
+        for n in restart:
+            resets = f"resets({{__name__={promapi.quote(n)}{extra}}}[{2 * w_ms}ms]) > 0"
+            query = f"count by (namespace, pod, instance, job) ({resets})"
+            queries.append(("restarts", query, 0.0, None))
+        return [
+            (kind, query, (lo + 1) * w + offset, (min(last_win, lo + steps - 1) + 1) * w + offset,
+             n)
+            for lo in range(first_win, last_win + 1, steps)
+            for kind, query, offset, n in queries
+        ]  # fmt: skip
+
+    def _run(
+        self, job: _Job, by_identity: dict[tuple[tuple[str, str], ...], str]
+    ) -> tuple[str, dict[str, promapi.RawSamples]]:
+        kind, query, first, last, name = job
+        answer = self._client.range_query(query, first, last, self._w)
+        if name is not None:
+            for item in answer.labels:
+                item["__name__"] = name
+        return kind, _split(answer, by_identity, self._identify)
 
 
 def _split(
@@ -331,17 +409,18 @@ def server_windows(
     sampled = _concat(raw_frames)
     # Counters and histograms: the raw samples of raw windows, the window values elsewhere.
     counter_win = (pl.col("timestamp").dt.epoch("us") - 1) // w_us
-    mixed = pl.concat(
-        [
-            sampled.filter(
-                counter_win.is_in(sorted(raw))
-                & (pl.col("type") != "gauge")
-                & (pl.col("type") != "info")
-            ),
-            lasts.filter(~pl.col("win").is_in(sorted(raw))).drop("win", "series_id"),
-        ],
-        how="vertical",
-    ).sort("timestamp", maintain_order=True)
+    raw_counters = sampled.filter(
+        counter_win.is_in(sorted(raw)) & (pl.col("type") != "gauge") & (pl.col("type") != "info")
+    )
+    kept = lasts.filter(~pl.col("win").is_in(sorted(raw)))
+    mixed = pl.concat([raw_counters, kept.drop("win", "series_id")], how="vertical").sort(
+        "timestamp", maintain_order=True
+    )
+    # The series of `mixed`: those of its raw rows and one row per window-value series.
+    series = pl.concat(
+        [raw_counters.select(SERIES_COLUMNS),
+         kept.unique("series_id", maintain_order=True).select(SERIES_COLUMNS)]
+    ).n_unique()  # fmt: skip
     # Windows with data as the raw samples would have them: raw windows by their samples.
     floor_win = pl.col("timestamp").dt.epoch("us") // w_us
     # (a gauge's window by floor, a counter's by the pair convention: a scrape at exactly e
@@ -378,7 +457,7 @@ def server_windows(
     gauges["m_ev_last"] = [evidence[k][1] if k in evidence and k in read_wins else None
                            for k in data]  # fmt: skip
     table = pl.DataFrame({"win": data, **gauges})
-    return ServerWindows(table, mixed, samples, raw, hot)
+    return ServerWindows(table, mixed, samples, raw, hot, series)
 
 
 def _names_of(exposed: Sequence[str], canonical: Sequence[str]) -> list[str]:

@@ -5,8 +5,8 @@ Three servers over six hours of 15-s scrapes, backfilled into a real Prometheus:
 and one whose preemption counter moves in steps of 50 (as V0's did). `report --prometheus`
 must give every window exactly as `report --metrics` gives it from the same snapshots, at a
 1-minute window (last_over_time) and a 5-minute one (the instant selector); a window without a
-scrape has no count (null), never 0. Plus: the automatic window and one set of queries for
-every server, however many.
+scrape has no count (null), never 0. Plus: the automatic window, and the range queries of a
+batch of servers cost what those of one server cost.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import httpx
 import pytest
 from preemptscope.ingest import promapi
 
-from preemptscope.fleet import Fleet, FleetOptions
-from preemptscope.fleet_reduce import auto_window
+from preemptscope.fleet import Fleet, FleetOptions, Server, plan_batches
+from preemptscope.fleet_reduce import Batch, auto_window
 from tests.fleet import fleetgen
 from tests.fleet.conftest import FleetData, report_json
 
@@ -194,19 +194,51 @@ class _Counting(httpx.BaseTransport):
         self.inner.close()
 
 
-def test_one_set_of_queries_for_every_server(fleet_data: FleetData, prometheus: str) -> None:
-    def queries(selector: str | None) -> tuple[int, int]:
+def test_one_set_of_queries_per_batch_of_servers(fleet_data: FleetData, prometheus: str) -> None:
+    def queries(selector: str | None) -> tuple[int, list[Batch], int]:
         transport = _Counting()
         client = promapi.PromClient(prometheus, transport=transport)
         start, end = (datetime.fromisoformat(t) for t in (fleet_data.start, fleet_data.end))
         options = FleetOptions(url=prometheus, start=start, end=end, selector=selector)
         with client, Fleet(options, client=client) as fleet:
-            servers = len(fleet.groups)
-        return servers, transport.paths.count("/api/v1/query_range")
+            for name in fleet.groups:
+                fleet.read(name)
+            return len(fleet.groups), fleet.batches, transport.paths.count("/api/v1/query_range")
 
-    many, fleet_queries = queries(None)
-    one, server_queries = queries('{pod="chat-000"}')
-    assert (many, one) == (len(fleet_data.servers), 1)
-    # Discovery is one series call; the windows of 21 servers cost what those of one cost.
-    assert fleet_queries == server_queries
-    assert 0 < fleet_queries <= 20
+    many, batches, fleet_queries = queries(None)
+    one, single, server_queries = queries('{pod="chat-000"}')
+    assert (many, one, len(single)) == (len(fleet_data.servers), 1, 1)
+    # Discovery is one series call; each batch's windows cost what one server's cost, and
+    # every server is in exactly one batch, selected by its batch's matchers.
+    assert 1 < len(batches) < many // 3
+    assert fleet_queries == len(batches) * server_queries
+    assert 0 < server_queries <= 20
+    names = [name for batch in batches for name, _, _ in batch.servers]
+    assert sorted(names) == sorted(s.name for s in fleet_data.servers)
+
+
+def _server(name: str, matchers: tuple[tuple[str, str], ...], series: int = 99) -> Server:
+    return Server(name, matchers, {}, ("vllm:num_requests_running",), series)
+
+
+def test_batches_select_their_servers_only() -> None:
+    pods = [_server(f"llm/p{i}.x", (("namespace", "llm"), ("pod", f"p{i}.x"))) for i in range(20)]
+    batches = plan_batches(pods, windows=673)
+    # 1, 2, 4, 8 servers, then as many as 600,000 window values allow (9 of 99 series).
+    assert [len(b.servers) for b in batches] == [1, 2, 4, 8, 5]
+    assert batches[1].matchers == 'namespace="llm",pod=~"p1\\\\.x|p2\\\\.x"'
+    assert batches[1].series == 198
+    # A server named by its instance has no pod label; one named by its job neither.
+    mixed = [pods[0], _server("10.0.0.1:8000", (("instance", "10.0.0.1:8000"),)),
+             _server("10.0.0.2:8000", (("instance", "10.0.0.2:8000"),)),
+             _server("vllm", (("job", "vllm"),)), _server("prometheus", ())]  # fmt: skip
+    plans = [(b.matchers, [n for n, _, _ in b.servers]) for b in plan_batches(mixed, 10)]
+    assert plans == [
+        ('namespace="llm",pod="p0.x"', ["llm/p0.x"]),
+        ('instance=~"10\\\\.0\\\\.0\\\\.1:8000|10\\\\.0\\\\.0\\\\.2:8000",pod=""',
+         ["10.0.0.1:8000", "10.0.0.2:8000"]),
+        ('job="vllm",instance="",pod=""', ["vllm"]),
+        ('instance="",job="",pod=""', ["prometheus"]),
+    ]  # fmt: skip
+    (alone,) = plan_batches([_server("x", (("pod", "x"),))], 1)
+    assert alone.matchers == 'pod="x",namespace=""'  # (namespace, pod) would name it otherwise
