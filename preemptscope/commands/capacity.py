@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from preemptscope import jsonout
 from preemptscope.analysis import kvmodel
 from preemptscope.errors import ConfigError, InputError
 from preemptscope.ingest.logs import parse_path
@@ -422,8 +423,7 @@ def render(out: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     out = compute(args)
     if args.json:
-        json.dump(out, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        jsonout.dump(out, sys.stdout)
     else:
         print(render(out))
     return 0

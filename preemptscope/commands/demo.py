@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import json
 import shlex
 import shutil
 import sys
@@ -23,6 +22,7 @@ from typing import Any
 
 from rich.console import Console
 
+from preemptscope import jsonout
 from preemptscope.analysis.analyze import AnalysisParams, analyze
 from preemptscope.analysis.render import render_report
 from preemptscope.analysis.report import Report
@@ -180,8 +180,7 @@ def run(args: argparse.Namespace) -> int:
     html_path = Path(args.html) if args.html else out / "report.html"
     html_note = _write_html(report, html_path, required=bool(args.html), scenarios=scenarios)
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        jsonout.dump(report.to_dict(), sys.stdout)
     else:
         console = Console()
         for scenario in scenarios:

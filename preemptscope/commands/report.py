@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import dataclasses
 import importlib
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
-from preemptscope import settings
+from preemptscope import jsonout, settings
 from preemptscope.analysis.analyze import (
     AnalysisParams,
     DeploymentInputs,
@@ -447,8 +446,7 @@ def run(args: argparse.Namespace) -> int:
         out = report.to_dict()
         if built.fleet is not None:
             out["fleet"] = built.fleet
-        json.dump(out, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        jsonout.dump(out, sys.stdout)
     else:
         console = Console()
         if built.fleet is not None:

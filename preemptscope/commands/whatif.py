@@ -11,13 +11,13 @@ beside what was observed, so the fit's error is in plain sight.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from preemptscope import jsonout
 from preemptscope.analysis.analyze import AnalysisParams, analyze_deployment
 from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS, gpu_preset
 from preemptscope.analysis.sim.config import SimConfig
@@ -224,8 +224,7 @@ def run(args: argparse.Namespace) -> int:
             body["sweep"] = [
                 {"max_num_seqs": o.settings["max_num_seqs"], **o.__dict__} for o in curve
             ]
-        json.dump(body, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        jsonout.dump(body, sys.stdout, default=str)
         return 0
     console = Console()
     console.print(f"Inputs: {', '.join(sources)}")
