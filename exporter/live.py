@@ -290,17 +290,26 @@ class LiveState:
             for name, parts in self._metrics.items():
                 self._metrics[name] = [_prune_metrics(parts, cutoff)] if parts else []
             logs = {key: list(batches) for key, batches in self._logs.items()}
-            # Open requests whose end was logged (a `Generated response` line) count with the
-            # end seen so far, as the batch path's close() gives them at the end of a file.
+            # Open requests count as the batch path's close() gives them at the end of a
+            # file: arrived, and with the end seen so far when one was logged (a streamed
+            # response's last delta, an abort).
             for key, batches in logs.items():
                 reducer = self._reducers.get(key)
-                pending = reducer.join.provisional() if reducer is not None else None
-                if pending is None or pending.is_empty() or not batches:
+                if reducer is None or not batches or reducer.join.open_requests == 0:
                     continue
                 last = batches[-1]
-                extra = pending.drop("source")
-                joined = extra if last.joined is None else pl.concat([last.joined, extra])
-                batches[-1] = dataclasses.replace(last, joined=joined)
+                extra: dict[str, pl.DataFrame] = {}
+                pending = zip(("arrivals", "joined"), reducer.join.provisional(), strict=True)
+                for name, rows in pending:
+                    if rows.height:
+                        kept = getattr(last, name)
+                        rows = rows.drop("source")
+                        extra[name] = rows if kept is None else pl.concat([kept, rows])
+                batches[-1] = dataclasses.replace(
+                    last,
+                    arrivals=extra.get("arrivals", last.arrivals),
+                    joined=extra.get("joined", last.joined),
+                )
             metrics = {name: list(parts) for name, parts in self._metrics.items()}
             names = list(dict.fromkeys([*self._order, *self.totals]))
         inputs = []

@@ -59,7 +59,7 @@ def _envelope_columns() -> list[pl.Expr]:
 
 
 def _pct(expr: pl.Expr) -> pl.Expr:
-    # Polars turns `/ 100` into `* 0.01`; the per-line path does the same (_lines._fraction).
+    # Polars turns `/ 100` into `* 0.01`; the per-line path does the same (_classify._fraction).
     return expr.cast(pl.Float64, strict=False) * 0.01
 
 

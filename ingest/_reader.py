@@ -18,7 +18,9 @@ import pyarrow as pa
 
 from preemptscope.errors import ConfigError, InputError
 
-CHUNK_BYTES = 32 * 1024 * 1024
+# Up to about eight chunks are alive at once (read, routed, dated, joined): 16 MiB keeps a
+# report's peak near 400 MB on 1 GB of log for the same CPU time as 32 MiB (540 MB; bench/).
+CHUNK_BYTES = 16 * 1024 * 1024
 
 
 def _env_int(name: str, default: int) -> int:
@@ -160,7 +162,7 @@ def iter_blocks(
     try:
         while True:
             # Arrow's allocator hands out memory without zero-filling it (bytearray(n) zeroes
-            # 32 MiB first: ~20 ms per chunk); readinto overwrites what is used.
+            # a whole chunk first: ~10 ms per chunk); readinto overwrites what is used.
             buffer = pa.allocate_buffer(len(carry) + chunk_bytes)
             view = memoryview(buffer).cast("B")
             view[: len(carry)] = carry
@@ -284,6 +286,10 @@ TERMINAL = ".%)]}'\"!?"
 WRAP_MIN = 60
 _TERMINAL = frozenset(TERMINAL.encode())
 _SAFE_SEARCH = 4096
+# Nor more than this many bytes of them: each costs a per-line read (`may_continue`), and 4,096
+# lines of 4 KB that could all continue cost as much again as parsing them (`1.{non-default
+# args: '` runs, found by bench/hostile_search.py).
+_SAFE_SEARCH_BYTES = 1024 * 1024
 # Past this, a block with no safe cut among its last _SAFE_SEARCH lines ends at its last
 # newline (only noise has that many lines in a row that could continue): at 64 MiB, a file
 # of such lines made chunks of up to 96 MiB and parse --json's peak RSS grew with the file
@@ -322,6 +328,8 @@ def safe_cut(
         if newline < 0 and partial:
             return _UNDECIDED
         start = newline + 1
+        if end - start > _SAFE_SEARCH_BYTES:
+            return -1
         if may_continue is not None:
             line = bytes(buffer[start:cut]).decode("utf-8", "replace")
             if not may_continue(line):

@@ -2,9 +2,9 @@
 
 A cascade of literal probes and Rust-regex checks (linear time) claims the well-formed common
 lines for column-wise extraction (ingest/_extract.py); preemption, KV-sizing and config lines
-and every odd line (JSON, foreign formats, glued records, hard-wraps, damage) go to
-ingest/_lines.py in line order; lines nothing could read are unrecognised here. `_assemble`
-puts a batch together so its accounting adds up.
+and every odd line (JSON, foreign formats, glued records, hard-wraps, damage) go to the
+per-line path (ingest/_lines.py) in line order; lines nothing could read are unrecognised
+here. `_assemble` puts a batch together so its accounting adds up.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
-from preemptscope.ingest import _lines
+from preemptscope.ingest import _cues, _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._extract import (
     _access_frame,
@@ -25,8 +25,6 @@ from preemptscope.ingest._extract import (
 )
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting
 
-# Every ANSI form seen in logs ends a colour with a reset; ESC-less pastes keep `[0m`.
-_ANSI_LITERALS = ["\x1b", "#033[", "[0m", "[0;0m"]
 # Request rows whose message starts right after the `[file:line] ` of a vLLM header: a
 # literal check (Aho-Corasick) instead of a regex over the biggest lines of a V0 log.
 _REQ_STARTS = [f"] {row.literal}" for row in cat.REQUEST_ROWS if row.literal != "Request "]
@@ -36,30 +34,6 @@ _REQ_LITERALS = sorted({row.literal for row in cat.REQUEST_ROWS})
 _PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
 _STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
 _REQ_LIT = "|".join(re.escape(literal) for literal in _REQ_LITERALS)
-# Anything an envelope the per-line path knows starts with: a process prefix, a rank, a date
-# (wrappers, foreign formats), a level word (uvicorn, foreign formats), a syslog pid. A new
-# envelope in ingest/_lines.py needs its cue here, or its lines are unrecognised unread.
-_ENVELOPE_CUE = (
-    r"pid=|\[rank|[0-9]{4}-[0-9]{2}-[0-9]{2}|(?:DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE)"
-    r"|\[[0-9]+\]: "  # syslog's `python3[28059]: `
-)
-_KIND_LITERALS = sorted(_lines.KIND_LITERALS)
-# Plain program output the per-line path reads (tracebacks, progress bars; an indented line
-# may be a frame's code line).
-# The catalogue's patterns behind an optional lead that is a superset of what _lines allows
-# in front (a few symbols such as a quote bar, a compose prefix), with ASCII classes: the
-# Unicode ones compile past the Rust regex size limit. `  ` at the start or behind a compose
-# bar: a traceback frame's code line.
-_PLAIN_LEAD = r"^(?:[^A-Za-z0-9_\n]{1,8} *|[^\s|]{1,81} +\| )?"
-# Anchored; `^  ` and `|  ` are literal checks beside it (as alternatives of the one regex,
-# the unanchored `\|  ` made it scan every byte: 3-5 ms per MB of hostile lines, 0.2-2.6 so).
-_PLAIN_CUE = (
-    _PLAIN_LEAD
-    + "(?:"
-    + "|".join(pattern.removeprefix("^") for _name, pattern in cat.PLAIN_LINES)
-    + ")"
-)
-_UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
 _STATS_VALID = (
     cat.HEADER_CORE
     + cat.STATS_RECORD_START
@@ -88,18 +62,22 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     `<time> <log>`, the form docker --timestamps prints, so they take the vectorised path.
 
     Lines that do not decode (or carry no time) are left as they are for the per-line path.
+    Only lines that may be JSON objects are decoded (a `{"log": [[[[...` line 5,000 deep cost
+    its decoding twice).
     """
-    frame = pl.DataFrame({"raw": raw})
-    wrapped = pl.col("raw").str.starts_with('{"log":')
+    index = _cues.json_objects(raw, raw.str.starts_with('{"log":')).arg_true()
+    if index.len() == 0:
+        return raw.rename("raw")
+    frame = pl.DataFrame({"raw": raw.gather(index)})
     log = pl.col("raw").str.json_path_match("$.log").str.strip_chars_end("\r\n")
     time = pl.col("raw").str.json_path_match("$.time")
     unwrapped = pl.concat_str([time, pl.lit(" "), log])
-    return frame.select(
-        pl.when(wrapped & unwrapped.is_not_null() & ~log.str.contains("\n", literal=True))
+    decoded = frame.select(
+        pl.when(unwrapped.is_not_null() & ~log.str.contains("\n", literal=True))
         .then(unwrapped)
         .otherwise(pl.col("raw"))
-        .alias("raw")
     ).to_series()
+    return raw.clone().rename("raw").scatter(index, decoded)
 
 
 # The three literals of uvicorn's access shape in their usual order, one DFA pass: a line it
@@ -208,15 +186,14 @@ def _cascade(
         raw = _unwrap_json_file(raw)
         df = df.with_columns(raw)
         brace = raw.str.starts_with("{")
-    unusual = raw.str.contains_any([*_ANSI_LITERALS, "\r"])
-    ansi = unusual & raw.str.contains_any(_ANSI_LITERALS) if unusual.any() else unusual
+    unusual = _cues.either(
+        raw,
+        lambda sub: sub.str.contains(r"\x1b|\r"),
+        lambda sub: sub.str.contains(_cues.ESCLESS_LIT),
+    )
+    ansi = _cues.both(unusual, raw, _cues.ansi) if unusual.any() else unusual
     if ansi.any():
-        df = df.with_columns(
-            # Two passes (catalogue.ANSI_ESC): one alternation cost 45 ns a byte on `[` runs.
-            pl.when(ansi)
-            .then(raw_c.str.replace_all(cat.ANSI_ESC, "").str.replace_all(cat.ANSI_SGR, ""))
-            .otherwise(raw_c)
-        )
+        df = df.with_columns(pl.when(ansi).then(_cues.strip_ansi(raw_c)).otherwise(raw_c))
     routed: dict[str, list[pl.DataFrame]] = {}
     odd_parts: list[pl.DataFrame] = []
 
@@ -246,7 +223,11 @@ def _cascade(
     if brace.any():
         # Only a JSON value is read as JSON; a line that starts with `{` but does not parse
         # (`{"log": [[[[...`, a cut object) is text like any other.
-        brace = brace & text.str.json_path_match("$").is_not_null()
+        brace = _cues.both(
+            _cues.json_objects(text, brace),
+            text,
+            lambda sub: sub.str.json_path_match("$").is_not_null(),
+        )
     odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
     carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
     if carriage.any():
@@ -279,7 +260,7 @@ def _cascade(
         claim("stats", good)
         odd_parts.append(bad)
     # 4. request lifecycle lines; a request literal elsewhere in a message is just "other".
-    rest = rest.with_columns(raw_c.str.count_matches(cat.HEADER_CORE).alias("hdr"))
+    rest = rest.with_columns(_cues.header_counts(rest["raw"]).alias("hdr"))
     candidates, rest = split(rest, rest["raw"].str.contains_any(_REQ_STARTS))
     if candidates.height:
         good, bad = split(candidates, candidates["hdr"] == 1)
@@ -300,33 +281,45 @@ def _cascade(
         claim("blank", blank)
         other, rest = split(rest, rest["hdr"] == 1)
         claim("other", other.drop("hdr"))
-        uvi, rest = split(rest, (rest["hdr"] == 0) & rest["raw"].str.contains(_UVICORN_PROBE))
+        uvicorn = _cues.both(
+            rest["raw"].str.contains(_cues.UVICORN_LITERALS),
+            rest["raw"],
+            lambda sub: sub.str.contains(_cues.UVICORN_PROBE),
+        )
+        uvi, rest = split(rest, (rest["hdr"] == 0) & uvicorn)
         claim("other_uvi", uvi.drop("hdr"))
         # 6. lines with nothing the per-line path could read (no header, no literal, no
         # envelope) after a line they cannot continue: unrecognised here, so a file of noise
         # costs what a log costs, not a Python call per line.
-        bare = rest["raw"].str.strip_chars_end("\r\n")
-        lone, rest = split(
-            rest,
-            (rest["hdr"] == 0)
-            & ~bare.str.contains(_ENVELOPE_CUE)
-            & ~bare.str.contains(_PLAIN_CUE)
-            & ~bare.str.starts_with("  ")
-            & ~bare.str.contains("|  ", literal=True),
+        # Each check only on the lines the ones before left (_cues.either).
+        headerless, rest = split(rest, rest["hdr"] == 0)
+        bare = _cues.as_cleaned(headerless["raw"].str.strip_chars_end("\r\n"))
+        readable = _cues.either(
+            bare,
+            _cues.envelope_cue,
+            lambda sub: sub.str.contains(_cues.WRAPPER_START),
+            lambda sub: sub.str.starts_with("  "),
+            lambda sub: sub.str.contains("|  ", literal=True),
+            lambda sub: _cues.both(
+                _cues.either(
+                    sub,
+                    lambda part: part.str.contains(r"[\^~]"),
+                    lambda part: part.str.contains(_cues.PLAIN_LITERALS),
+                ),
+                sub,
+                lambda part: part.str.contains(_cues.PLAIN_CUE),
+            ),
         )
+        lone, more = split(headerless, ~readable)
+        rest = join(rest, more)
         if lone.height:
-            prev = before(lone)
-            joinable = (
-                (prev.str.len_chars() >= _lines.WRAP_MIN)
-                & (
-                    prev.str.contains(_ENVELOPE_CUE)
-                    | prev.str.contains(cat.TIMESTAMP)
-                    | prev.str.contains_any(_KIND_LITERALS)
-                )
-            ).fill_null(False)
-            tails, noise = split(lone, joinable)
-            claim("unrec", noise.drop("hdr"))
-            rest = join(rest, tails)
+            # A line that starts with `{` is an envelope of its own: nobody's tail.
+            own, others = split(lone, lone["raw"].str.starts_with("{"))
+            claim("unrec", own.drop("hdr"))
+            if others.height:
+                tails, noise = split(others, _cues.may_be_continued(before(others)))
+                claim("unrec", noise.drop("hdr"))
+                rest = join(rest, tails)
         odd_parts.append(rest.drop("hdr"))
 
     return routed, odd_parts

@@ -106,16 +106,19 @@ def reduce_paths(
     reducer = LogReducer()
     results: dict[str, LogFrames] = {}
     # Per file, the ARRIVALS and JOINED rows of the requests that started in it (a join may
-    # settle a request in a later file).
-    rows: dict[str, tuple[list[pl.DataFrame], list[pl.DataFrame]]] = {}
+    # settle a request in a later file): compacted blocks, and the recent parts (per slot).
+    Slots = list[list[pl.DataFrame]]
+    rows: dict[str, tuple[Slots, Slots]] = {}
 
     def keep(source: str, slot: int, part: pl.DataFrame) -> None:
-        parts = rows.setdefault(source, ([], []))[slot]
-        parts.append(part)
-        if len(parts) >= COMPACT_EVERY:
+        blocks, recent = rows.setdefault(source, ([[], []], [[], []]))
+        recent[slot].append(part)
+        if len(recent[slot]) >= COMPACT_EVERY:
             # Small frames kept between the big ones each chunk allocates and frees pin
-            # their pages: one contiguous frame now and then keeps the resident size flat.
-            parts[:] = [pl.concat(parts, rechunk=True)]
+            # their pages: every COMPACT_EVERY of them become one block. Blocks are never
+            # copied again (regrowing one frame would hold it twice at each compaction).
+            blocks[slot].append(pl.concat(recent[slot], rechunk=True))
+            recent[slot].clear()
 
     def route(arrivals: pl.DataFrame, joined: pl.DataFrame) -> None:
         for frame, slot in ((arrivals, 0), (joined, 1)):
@@ -159,12 +162,13 @@ def reduce_paths(
                 results[path] = LogFrames(source=path, deployment=deployment, timezone=options.tz)
     route(*reducer.close())
     for path, frames in results.items():
-        arrived, ended = rows.get(path, ([], []))
-        frames.arrivals = _concat(arrived, ARRIVALS)
-        frames.joined = _concat(ended, JOINED)
+        blocks, recent = rows.get(path, ([[], []], [[], []]))
+        frames.arrivals = _concat(blocks[0] + recent[0], ARRIVALS)
+        frames.joined = _concat(blocks[1] + recent[1], JOINED)
     return [results[p] for p in dict.fromkeys(paths)]
 
 
 def _concat(parts: list[pl.DataFrame], schema: pl.Schema) -> pl.DataFrame:
-    """One frame of a file's rows, in the order the join settled them (readers sort)."""
-    return pl.concat(parts, rechunk=True) if parts else pl.DataFrame(schema=schema)
+    """One frame of a file's rows, in the order the join settled them (readers sort). Not
+    made contiguous: a copy would hold them twice at the end of the biggest files."""
+    return pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=schema)

@@ -162,7 +162,8 @@ REQUEST_LATENCIES = pl.Schema(
 
 # What `report` and `serve` keep of request lines instead of the rows (ingest/reduce.py):
 # one row per request, at its first start line (`line`, `pid`: to split a file two servers
-# wrote to). ARRIVALS: every request that started; JOINED: those whose end was logged too.
+# wrote to). One row a request that started: in JOINED when its end was logged too (its start
+# is its arrival), else in ARRIVALS.
 ARRIVALS = pl.Schema({"line": pl.Int64(), "pid": pl.Int32(), "timestamp": TIMESTAMP})
 JOINED = pl.Schema(
     {

@@ -1,8 +1,8 @@
 """The per-line path's cheaper forms give what the patterns they replaced gave.
 
-Each rewrite (ingest/_lines.py) was made for cost per byte on hostile lines
-(docs/benchmarks.md, adversarial section); here only results are compared, on random text
-built from the characters each pattern turns on.
+Each rewrite (the per-line path: ingest/_lines.py and the modules it drives) was made for
+cost per byte on hostile lines (docs/benchmarks.md, adversarial section); here only results
+are compared, on random text built from the characters each pattern turns on.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import polars as pl
 import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from preemptscope.ingest import _lines
+from preemptscope.ingest import _classify, _envelope, _lines
 from preemptscope.ingest import catalogue as cat
 
 # The ANSI patterns as the catalogue writes them, in the engine they ran in before.
@@ -27,7 +27,7 @@ ANSI_TEXT = st.text(alphabet="\x1b#03^[1;2mAx ]", max_size=60)
 @given(ANSI_TEXT)
 def test_ansi_stripping_is_the_catalogue_passes(text: str) -> None:
     two_passes = REFERENCE_SGR.sub("", REFERENCE_ESC.sub("", text))
-    assert _lines.strip_ansi(text) == two_passes
+    assert _envelope.strip_ansi(text) == two_passes
     column_wise = pl.Series([text]).str.replace_all(cat.ANSI_ESC, "")
     assert column_wise.str.replace_all(cat.ANSI_SGR, "")[0] == two_passes
     if "\x1b" not in text:  # the passes differ from one only around an escape sequence
@@ -36,14 +36,14 @@ def test_ansi_stripping_is_the_catalogue_passes(text: str) -> None:
 
 def test_ansi_forms_are_stripped() -> None:
     for coloured in ("\x1b[32mINFO\x1b[0m", "[32mINFO[0m", "#033[32mINFO#033[0m", "^[[1;32mINFO"):
-        assert _lines.strip_ansi(coloured) == "INFO"
-    assert _lines.strip_ansi("x=[1, 'a'] [[[[") == "x=[1, 'a'] [[[["
+        assert _envelope.strip_ansi(coloured) == "INFO"
+    assert _envelope.strip_ansi("x=[1, 'a'] [[[[") == "x=[1, 'a'] [[[["
 
 
 def _reference_pairs(payload: str) -> dict[str, str]:
     """config_pairs' key=value loop as it was (Match objects, the `regex` module)."""
     values: dict[str, str] = {}
-    for match in regex.finditer(_lines._PAIR_RE.pattern, payload, regex.VERSION0):
+    for match in regex.finditer(_classify._PAIR_RE.pattern, payload, regex.VERSION0):
         key = match.group("key")
         if key in cat.CONFIG_KEYS and cat.CONFIG_KEYS[key] not in values:
             value = match.group("value").strip("'\"")
@@ -80,12 +80,12 @@ PAIR_PIECES = st.sampled_from(
 @settings(max_examples=400, deadline=None)
 @given(st.lists(PAIR_PIECES, max_size=40).map("".join))
 def test_config_pairs_match_the_match_object_loop(payload: str) -> None:
-    assert _lines.config_pairs("engine_config", payload) == _reference_pairs(payload)
+    assert _classify.config_pairs("engine_config", payload) == _reference_pairs(payload)
 
 
 def test_config_pairs_read_the_first_16_kib_only() -> None:
-    filler = "speculative_config=None, " * (_lines.CONFIG_BUDGET // 25 + 1)
-    pairs = _lines.config_pairs("engine_config", "model='m', " + filler + "max_num_seqs=8")
+    filler = "speculative_config=None, " * (_classify.CONFIG_BUDGET // 25 + 1)
+    pairs = _classify.config_pairs("engine_config", "model='m', " + filler + "max_num_seqs=8")
     assert pairs == {"model": "m"}
 
 
@@ -116,7 +116,7 @@ DICT_KEYS = st.sampled_from([*cat.CONFIG_KEYS, "model_tag", "host", "api_key", "
 @given(st.dictionaries(DICT_KEYS, DICT_VALUES, max_size=8))
 def test_non_default_args_match_the_literal_eval(args: dict[str, object]) -> None:
     payload = repr(args)  # as vLLM prints them
-    assert _lines.config_pairs("non_default_args", payload) == _reference_dict(payload)
+    assert _classify.config_pairs("non_default_args", payload) == _reference_dict(payload)
 
 
 def _reference_clean(text: str) -> str:
@@ -124,15 +124,15 @@ def _reference_clean(text: str) -> str:
     text = text.rstrip("\n").rstrip("\r")
     if "\r" in text:
         parts = text.split("\r")
-        found = next((p for p in reversed(parts) if _lines.HEADER_CORE_RE.search(p)), None)
+        found = next((p for p in reversed(parts) if _envelope.HEADER_CORE_RE.search(p)), None)
         if found is None:
-            wrapper = _lines.WRAPPER_RE.match(parts[0])
+            wrapper = _envelope.WRAPPER_RE.match(parts[0])
             first = parts[0][wrapper.end() if wrapper is not None else 0 :]
             lead = len(parts[0]) - len(first.lstrip())
-            head = _lines._PROCESS_AT_RE.match(parts[0], lead)
+            head = _envelope._PROCESS_AT_RE.match(parts[0], lead)
             found = parts[0][: head.end()] + parts[-1] if head is not None else parts[-1]
         text = found
-    return _lines.strip_ansi(text)
+    return _envelope.strip_ansi(text)
 
 
 CR_PIECES = st.sampled_from(
@@ -143,7 +143,7 @@ CR_PIECES = st.sampled_from(
 @settings(max_examples=500, deadline=None)
 @given(st.lists(CR_PIECES, max_size=14).map("".join))
 def test_redraws_keep_the_same_record(text: str) -> None:
-    assert _lines.clean(text) == _reference_clean(text)
+    assert _envelope.clean(text) == _reference_clean(text)
 
 
 STATS_PIECES = st.sampled_from(
@@ -181,12 +181,12 @@ def test_stats_rest_is_the_same_in_polars_and_per_record(texts: list[str]) -> No
     def rests(threshold: int) -> list[object]:
         out = _lines.Parsed()
         for text in texts:
-            out.add("scheduler_stats", {"extra": _lines._Rest(text)})
-        saved, _lines._REST_IN_POLARS = _lines._REST_IN_POLARS, threshold
+            out.add("scheduler_stats", {"extra": _classify._Rest(text)})
+        saved, _classify._REST_IN_POLARS = _classify._REST_IN_POLARS, threshold
         try:
-            _lines._fill_rests(out)
+            _classify.fill_rests(out.rows["scheduler_stats"])
         finally:
-            _lines._REST_IN_POLARS = saved
+            _classify._REST_IN_POLARS = saved
         return [row["extra"] for row in out.rows["scheduler_stats"]]
 
     assert rests(-1) == rests(1 << 30)
@@ -195,11 +195,11 @@ def test_stats_rest_is_the_same_in_polars_and_per_record(texts: list[str]) -> No
 def _reference_find_header(text: str, pos: int) -> tuple[int, str | None, int] | None:
     """_find_header as it was: timestamp searches, each checked by the header pattern."""
     while True:
-        stamp = _lines.TIMESTAMP_RE.search(text, pos)
+        stamp = _envelope.TIMESTAMP_RE.search(text, pos)
         if stamp is None:
             return None
         at = stamp.start()
-        match = _lines._HEADER_AT_RE.match(text, at)
+        match = _envelope._HEADER_AT_RE.match(text, at)
         if match is not None:
             for level in cat.LEVELS:
                 if text.endswith(level + " ", pos, at):
@@ -216,6 +216,6 @@ HEADER_PIECES = st.sampled_from(
 @settings(max_examples=500, deadline=None)
 @given(st.lists(HEADER_PIECES, max_size=12).map("".join), st.integers(0, 3))
 def test_the_first_header_is_found_where_it_was(text: str, pos: int) -> None:
-    found = _lines._find_header(text, pos)
+    found = _envelope._find_header(text, pos)
     got = None if found is None else (found[0], found[1], found[2].end())
     assert got == _reference_find_header(text, pos)

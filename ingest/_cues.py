@@ -1,0 +1,188 @@
+"""Column-wise cues: what the per-line path could read in a line, found cheaply.
+
+The router (ingest/_route.py) leaves a line to the per-line path only when something in it,
+or in the line before it, could make it a record; these checks decide that, and must agree
+with the per-line path (ingest/_envelope.py, _classify.py, _lines.py; checked by
+tests/ingest/test_hostile_routing.py). Apart from the router because of what they must be on
+hostile lines: each check runs only on the lines the cheaper ones before it left (`either`,
+`both`), a pattern only where a literal every match of it holds is present, so a file of
+`[`, `01-` or noise runs costs about what a log costs (docs/benchmarks.md, adversarial inputs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+import polars as pl
+from preemptscope.ingest import _glue
+from preemptscope.ingest import catalogue as cat
+
+# Every ANSI form seen in logs ends a colour with a reset; ESC-less pastes keep `[0m`.
+# Sets of literals are looked for with one regex alternation (the regex crate's SIMD literal
+# search, ~0.2 ms a MB), not `contains_any` (Aho-Corasick: 2-7 ms a MB on `[`, `01-` and
+# noise runs, 0.3-1.3 on a normal log).
+# (ESC apart: a one-byte literal in the alternation made it 11-15 ms a MB on `[` runs.)
+_ANSI_LITERALS = ["\x1b", "#033[", "[0m", "[0;0m"]
+ESCLESS_LIT = "|".join(re.escape(literal) for literal in _ANSI_LITERALS[1:])
+# What makes a line without a header and a kind literal output of its own, in the per-line
+# path: a process prefix or a rank (`pid=`, `[rank`), a level word (uvicorn, foreign formats,
+# an elided header), a syslog pid. A new envelope in ingest/_envelope.py that names a
+# process or a level needs its cue here, or its lines are unrecognised unread. A container
+# timestamp counts at the line start only, where the per-line path reads one (plain output
+# may follow it); elsewhere a date names nobody.
+# Looked for in parts, each only where the ones before found nothing (either): one
+# alternation of all with the date cost 2-3 ms a MB on `[` and `01-` runs.
+_ENVELOPE_LITERALS = r"pid=|\[rank|DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
+SYSLOG_PID = r"\[[0-9]+\]: "  # syslog's `python3[28059]: `
+# What the per-line path reads at the start of a line as an envelope: a JSON object (even a
+# broken one) or a container timestamp (`\d` as its `regex` patterns have it: Unicode).
+WRAPPER_START = r"^\d{4}-\d\d-\d\d"
+_ENVELOPE_START = r"^(?:\{|\d{4}-\d\d-\d\d)"
+KIND_LIT = "|".join(re.escape(literal) for literal in sorted(_glue.KIND_LITERALS))
+# Plain program output the per-line path reads (tracebacks, progress bars; an indented line
+# may be a frame's code line).
+# The catalogue's patterns behind an optional lead that is a superset of what _classify allows
+# in front (a few symbols such as a quote bar, a compose prefix), with ASCII classes: the
+# Unicode ones compile past the Rust regex size limit. `  ` at the start or behind a compose
+# bar: a traceback frame's code line.
+_PLAIN_LEAD = r"^(?:[^\s|]{1,81} +\| )?(?:[^A-Za-z0-9_\n]{1,8} *)?"
+# Anchored; `^  ` and `|  ` are literal checks beside it (as alternatives of the one regex,
+# the unanchored `\|  ` made it scan every byte: 3-5 ms per MB of hostile lines, 0.2-2.6 so).
+PLAIN_CUE = (
+    _PLAIN_LEAD
+    + "(?:"
+    + "|".join(pattern.removeprefix("^") for _name, pattern in cat.PLAIN_LINES)
+    + ")"
+)
+# One of these literals (one of `^~` apart: one-byte literals in an alternation slow its search)
+# is in every match of PLAIN_CUE: looked for first, the cue then runs on the lines holding one
+# (2.5 ms a MB on noise lines, its bounded runs read most of each line).
+PLAIN_LITERALS = (
+    r'Traceback \(most|During handling|The above exception|File "'
+    r"|Error|Exception|Exit|Interrupt|Warning|%\||% Completed \|"
+)
+UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
+UVICORN_LITERALS = r"DEBUG:|INFO:|WARNING:|ERROR:|CRITICAL:"  # in every match of the probe
+
+_Text = TypeVar("_Text", pl.Series, pl.Expr)
+
+
+def json_objects(text: pl.Series, braced: pl.Series) -> pl.Series:
+    """`braced` (lines that start with `{`) where the line may be one JSON object: it ends in
+    `}` but for whitespace (what Polars' decoder requires: no text after the value)."""
+    return both(braced, text, lambda sub: sub.str.contains(r"\}\s*$"))
+
+
+# Above this share of a Series, a check runs on all of it: gathering most of the lines copies
+# them (~0.3 ms a MB) for little saved.
+_GATHER_MAX = 0.5
+
+
+def either(text: pl.Series, *checks: Callable[[pl.Series], pl.Series]) -> pl.Series:
+    """The OR of `checks` on `text`, each run only on the texts no earlier one matched (a
+    null text stays null, as in an OR of expressions); a new Series."""
+    found = checks[0](text).clone()
+    for check in checks[1:]:
+        todo = (~found).arg_true()
+        if todo.len() == 0:
+            break
+        if todo.len() > _GATHER_MAX * text.len():
+            found = found | check(text)
+            continue
+        hit = check(text.gather(todo))
+        if hit.any():
+            found = found.scatter(todo.filter(hit), True)
+    return found
+
+
+def both(mask: pl.Series, text: pl.Series, check: Callable[[pl.Series], pl.Series]) -> pl.Series:
+    """`mask & check(text)`, the check run only where `mask` is true (a new Series)."""
+    index = mask.arg_true()
+    if index.len() == 0:
+        return mask.clone()
+    if index.len() > _GATHER_MAX * text.len():
+        return mask & check(text)
+    return mask.clone().scatter(index, check(text.gather(index)))
+
+
+def gated(text: pl.Series, literal: str, pattern: str) -> pl.Series:
+    """`text.str.contains(pattern)`, run only on the texts holding `literal`, which every
+    match of `pattern` holds."""
+    mask = text.str.contains(literal, literal=True)
+    return both(mask, text, lambda sub: sub.str.contains(pattern))
+
+
+def ansi(text: pl.Series) -> pl.Series:
+    """Lines holding one of _ANSI_LITERALS."""
+    return either(
+        text,
+        lambda sub: sub.str.contains("\x1b", literal=True),
+        lambda sub: sub.str.contains(ESCLESS_LIT),
+    )
+
+
+def envelope_cue(text: pl.Series) -> pl.Series:
+    """Lines the per-line path may read as output of their own (see _ENVELOPE_LITERALS)."""
+    return either(
+        text,
+        lambda sub: sub.str.contains(_ENVELOPE_LITERALS),
+        lambda sub: gated(sub, "]: ", SYSLOG_PID),
+    )
+
+
+def strip_ansi(text: _Text) -> _Text:
+    """Two passes (catalogue.ANSI_ESC): one alternation cost 45 ns a byte on `[` runs."""
+    return text.str.replace_all(cat.ANSI_ESC, "").str.replace_all(cat.ANSI_SGR, "")
+
+
+def as_cleaned(prev: pl.Series) -> pl.Series:
+    """Lines without their ANSI codes, as the per-line path reads them (_envelope.clean strips
+    every code, with a reset or not)."""
+    coded = either(
+        prev,
+        lambda sub: sub.str.contains("\x1b", literal=True),
+        # Every code ends in a digit and `m`: a search for them first skips `[` runs.
+        lambda sub: both(
+            sub.str.contains("[0-9]m"), sub, lambda part: part.str.contains(cat.ANSI_SGR_CORE)
+        ),
+    ).fill_null(False)
+    index = coded.arg_true()
+    if index.len() == 0:
+        return prev
+    return prev.clone().scatter(index, strip_ansi(prev.gather(index)))
+
+
+def may_be_continued(prev: pl.Series) -> pl.Series:
+    """Lines before a line of no format that may make it a record's tail (a hard-wrap's second
+    half, or _glue.is_continuation): long, and, read as the per-line path reads them, with a
+    kind literal, a timestamp, an envelope cue or an envelope start, or with a tqdm redraw
+    (the per-line path reads a part of it)."""
+    long = (prev.str.len_chars() >= _glue.WRAP_MIN).fill_null(False)
+
+    def cued(sub: pl.Series) -> pl.Series:
+        cleaned = as_cleaned(sub)
+        return either(
+            cleaned,
+            lambda part: part.str.contains(KIND_LIT),
+            lambda part: gated(part, ":", cat.TIMESTAMP),  # every match holds a `:`
+            envelope_cue,
+            lambda part: part.str.contains(_ENVELOPE_START),
+            lambda part: part.str.contains(r"\r[^\r\n]"),
+        )
+
+    return both(long, prev, cued)
+
+
+def header_counts(text: pl.Series) -> pl.Series:
+    """HEADER_CORE matches in each text, counted only where there is a `] ` (every header
+    ends in one): the count cost 2 ms a MB on `01-` runs."""
+    gate = text.str.contains("] ", literal=True)
+    index = gate.arg_true()
+    if index.len() > _GATHER_MAX * text.len():
+        return text.str.count_matches(cat.HEADER_CORE)
+    counts = pl.zeros(text.len(), pl.UInt32, eager=True)
+    if index.len() == 0:
+        return counts
+    return counts.scatter(index, text.gather(index).str.count_matches(cat.HEADER_CORE))

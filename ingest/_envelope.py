@@ -1,0 +1,392 @@
+"""The envelope around a message: wrappers, vLLM headers, process prefixes, JSON lines.
+
+The first step of the per-line path (ingest/_lines.py): what wrote a line and when (a
+container timestamp, a vLLM header, a foreign or uvicorn envelope, a process or rank prefix,
+docker json-file or vLLM's JSON formatter), and the message left after it; also the text
+clean-up before it (tqdm redraws, ANSI codes). Apart from the catalogue rows (_classify.py)
+because every pattern here must stay linear on any text: the header and the process prefix
+are found in steps, not by one pattern with lazy runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import regex
+from preemptscope.ingest import catalogue as cat
+
+FLAGS = regex.VERSION0  # every `regex` pattern of the per-line path
+
+# Linear time, whatever the line: no pattern here has a lazy run before another run or a
+# quantified group inside a quantified group; the envelope is found in steps (a wrapper at the
+# start, the first vLLM header by search, the process prefix by walking back from ` pid=`).
+# cat.ANSI_ESC then cat.ANSI_SGR (stdlib `re`, which skips to a literal start in C; the
+# `regex` module tried the optional prefix at every character: 8-14 ms a MB of ordinary
+# text, 170 ms on `[[[[`). Linear: `(?:;[0-9]{1,3})*` repeats after a `;` it must consume.
+_ANSI_ESC_RE = re.compile(cat.ANSI_ESC)
+_SGR = cat.ANSI_SGR_CORE
+_ANSI_SGR_RE = re.compile(rf"#033{_SGR}|\^\[{_SGR}|{_SGR}")  # cat.ANSI_SGR, literal first
+_ANSI_PROBE_RE = re.compile(_SGR)  # in every match of _ANSI_SGR_RE
+WRAPPER_RE = regex.compile(rf"^{cat.WRAPPER_TS}", FLAGS)
+TIMESTAMP_RE = regex.compile(cat.TIMESTAMP, FLAGS)
+# The header from its timestamp on (the level in front is checked by hand): searching the
+# whole header costs its optional level group at every character of a long line.
+_HEADER_AT_RE = regex.compile(cat.HEADER[cat.HEADER.index("(?P<mon>") :], FLAGS)
+HEADER_CORE_RE = regex.compile(cat.HEADER_CORE, FLAGS)
+# Timestamps are looked for with stdlib `re` (an ASCII pattern: the same matches; its scan of
+# `01-01-01...` runs is ~2x faster), each checked by _HEADER_AT_RE; after _STAMP_TRIES that
+# start no header, one search for the first place where both match (a Python step per such
+# timestamp cost ~26 ns a byte on runs of `01-15 14:00:00   File`, 19 so; the lookahead
+# search alone is slower than the loop over `01-` runs: 84 ns a byte, where the loop's
+# timestamp scan costs 18).
+_TIMESTAMP_STD_RE = re.compile(cat.TIMESTAMP)
+_HEADER_SEARCH_RE = regex.compile(f"(?={cat.TIMESTAMP}){_HEADER_AT_RE.pattern}", FLAGS)
+_STAMP_TRIES = 32
+UVICORN_LEVEL_RE = regex.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+", FLAGS)
+# After ` pid=`: the rest of a process prefix, then text without parentheses up to the header.
+_PID_TAIL_RE = regex.compile(r" pid=(?P<pid>\d{1,20})(?:, ip=[^)\n]{0,100})?\)", FLAGS)
+_NO_PARENS_RE = regex.compile(r"[^()\n]*\Z", FLAGS)
+_RANK_RE = regex.compile(r"\[(?P<rank>rank\d{1,9})\]: ?", FLAGS)
+_NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_NAME_MAX = 200
+ELIDED_RE = regex.compile(cat.ELIDED_ENVELOPE, FLAGS)
+SYSLOG_RE = regex.compile(cat.SYSLOG, FLAGS)
+COMPOSE_RE = regex.compile(rf"^(?:{cat.WRAPPER_TS})?(?P<compose>{cat.COMPOSE})", FLAGS)
+COMPOSE_ONLY_RE = regex.compile(cat.COMPOSE, FLAGS)
+# A line that starts with a process prefix but has no header (a worker's print, a traceback).
+_PROCESS_AT_RE = regex.compile(
+    r"(?:\((?P<proc>[A-Za-z_][^()\n]{0,200}?(?:\([^()\n]{0,60}\)[^()\n]{0,60}?)?),?"
+    r" pid=(?P<pid>\d{1,20})(?:, ip=[^)\n]{0,100})?\) ?|\[(?P<rank>rank\d{1,9})\]: ?)",
+    FLAGS,
+)
+FOREIGN_RES = [(env, regex.compile(env.pattern, FLAGS)) for env in cat.FOREIGN_ENVELOPES]
+# One of these is in every match of FOREIGN_RES and UVICORN_LEVEL_RE (their level group).
+_LEVEL_WORDS = ("DEBUG", "INFO", "WARN", "ERROR", "CRITICAL", "TRACE")
+# How much of a line the per-line path reads: records are short; a config payload or a prompt
+# beyond this is data nobody needs to parse (and no line costs more than this much work).
+RECORD_BUDGET = 64 * 1024
+
+
+@dataclass
+class Env:
+    """What the envelope around one message said."""
+
+    process: str | None = None
+    pid: int | None = None
+    level: str | None = None
+    mon: str | None = None
+    day: str | None = None
+    hms: str | None = None
+    wts: str | None = None  # container timestamp (RFC3339, zoned)
+    ats: str | None = None  # absolute local time with year (JSON / foreign formats)
+    file: str | None = None
+    lineno: int | None = None
+    known: bool = False  # a recognised log envelope (vLLM, uvicorn, foreign, JSON)
+
+
+def to_num(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def to_int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _process_name(pre: str, at: int) -> tuple[str, int] | None:
+    """(name, start) of the process prefix whose ` pid=` is at `at` (one level of nested
+    parentheses allowed, as in `(Llumlet(iid=1) pid=9)`), or None when it is not one."""
+    end = at - 1 if at > 0 and pre[at - 1] == "," else at
+    depth = 0
+    index = at - 1
+    low = max(-1, at - _NAME_MAX)
+    while index > low:
+        char = pre[index]
+        if char == "\n":
+            return None
+        if char == ")":
+            depth += 1
+            if depth > 1:
+                return None
+        elif char == "(":
+            if depth == 0:
+                break
+            depth -= 1
+        index -= 1
+    if index == -1 and depth == 0:
+        start = 0  # the leading `(` lost in a paste
+    elif index > low and pre[index] == "(":
+        start = index + 1
+    else:
+        return None
+    name = pre[start:end]
+    if not name or name[0] not in _NAME_START or depth:
+        return None
+    return name, max(0, start - 1)
+
+
+def _process_before(pre: str) -> tuple[str | None, int | None]:
+    """The last process prefix (or `[rankN]:`) in the text in front of a message."""
+    at = pre.rfind(" pid=")
+    if at >= 0:
+        tail = _PID_TAIL_RE.match(pre, at)
+        if tail is not None and _NO_PARENS_RE.match(pre, tail.end()) is not None:
+            named = _process_name(pre, at)
+            if named is not None:
+                return named[0].strip(), to_int(tail.group("pid"))
+    at = pre.rfind("[rank")
+    if at >= 0:
+        rank = _RANK_RE.match(pre, at)
+        if rank is not None:
+            return rank.group("rank"), None
+    return None, None
+
+
+def _find_header(text: str, pos: int) -> tuple[int, str | None, regex.Match[str]] | None:
+    """The first vLLM header at or after `pos`: (start, level or None, match from the
+    timestamp on)."""
+    start = pos
+    for _ in range(_STAMP_TRIES):
+        stamp = _TIMESTAMP_STD_RE.search(text, pos)
+        if stamp is None:
+            return None
+        match = _HEADER_AT_RE.match(text, stamp.start())
+        if match is not None:
+            break
+        pos = stamp.start() + 1
+    else:
+        # Many timestamps that start no header: the rest in one search, not a step each.
+        match = _HEADER_SEARCH_RE.search(text, pos)
+        if match is None:
+            return None
+    at = match.start()
+    for level in cat.LEVELS:
+        if text.endswith(level + " ", start, at):
+            return at - len(level) - 1, level, match
+    return at, None, match
+
+
+def envelope(text: str) -> tuple[Env, str]:
+    """Find the envelope; return it and the message (the whole text when there is none)."""
+    text = text[:RECORD_BUDGET]
+    wrapper = WRAPPER_RE.match(text)
+    wts = wrapper.group("wts") if wrapper is not None else None
+    begin = wrapper.end() if wrapper is not None else 0
+    # Every envelope but a bare process prefix has a colon (a time, `LEVEL:`).
+    colon = ":" in text
+    # A vLLM header has a `]` after its location: without one, no timestamp search.
+    found = _find_header(text, begin) if colon and "]" in text else None
+    # Foreign envelopes and uvicorn's all hold a level word: without one, none of their six
+    # searches (~7.5 ns a byte each) runs (hypothesis found `1.{non-default args: '` runs
+    # at 560 ms per MB).
+    levelled = colon and found is None and any(word in text for word in _LEVEL_WORDS)
+    if found is not None:
+        start, level, match = found
+        proc, pid = _process_before(text[begin:start])
+        return (
+            Env(
+                process=proc,
+                pid=pid,
+                level=level,
+                mon=match.group("mon"),
+                day=match.group("day"),
+                hms=match.group("hms"),
+                wts=wts,
+                file=match.group("file"),
+                lineno=to_int(match.group("lineno")),
+                known=True,
+            ),
+            text[match.end() :],
+        )
+    for _env, pattern in FOREIGN_RES if levelled else ():
+        # From the line start: a foreign timestamp may be what looked like a wrapper's.
+        match = pattern.search(text)
+        if match is not None:
+            groups = match.groupdict()
+            inside = match.start() < begin
+            proc, pid = _process_before(text[0 if inside else begin : match.start()])
+            ts = groups.get("ts")
+            level = groups.get("level")
+            return (
+                Env(
+                    process=proc,
+                    pid=pid,
+                    level={"WARN": "WARNING", "TRACE": "DEBUG"}.get(level or "", level),
+                    wts=(None if inside else wts) or (ts if ts and ts.endswith("Z") else None),
+                    ats=ts if ts and not ts.endswith("Z") else None,
+                    file=groups.get("file") or groups.get("logger"),
+                    lineno=to_int(groups.get("lineno")),
+                    known=True,
+                ),
+                groups.get("msg") or "",
+            )
+    match = UVICORN_LEVEL_RE.search(text, begin) if levelled else None
+    if match is not None:
+        proc, pid = _process_before(text[begin : match.start()])
+        return (
+            Env(
+                process=proc,
+                pid=pid,
+                level=match.group("level"),
+                wts=wts,
+                file="uvicorn",
+                known=True,
+            ),
+            text[match.end() :],
+        )
+    match = ELIDED_RE.match(text)
+    if match is not None:
+        proc = match.group("proc") or match.group("rank")
+        return (
+            Env(
+                process=proc.strip() if proc else None,
+                pid=to_int(match.group("pid")),
+                level=match.group("level"),
+                wts=match.group("wts"),
+                file=match.group("file"),
+                lineno=to_int(match.group("lineno")),
+                known=True,
+            ),
+            text[match.end() :],
+        )
+    return _process_only(text, begin, wts, wrapper is not None)
+
+
+def _process_only(text: str, begin: int, wts: str | None, wrapped: bool) -> tuple[Env, str]:
+    """A line with no header: a process prefix (behind a compose prefix too), a wrapper, a
+    syslog prefix, or a compose prefix alone."""
+    lead = len(text) - len(text[begin:].lstrip())
+    process = _PROCESS_AT_RE.match(text, lead)
+    if process is None:
+        compose = COMPOSE_ONLY_RE.match(text, lead)
+        if compose is not None:
+            process = _PROCESS_AT_RE.match(text, compose.end())
+    if process is not None:
+        proc = process.group("proc") or process.group("rank")
+        return Env(process=proc, pid=to_int(process.group("pid")), wts=wts), text[process.end() :]
+    if wrapped:
+        return Env(wts=wts), text[begin:]
+    match = SYSLOG_RE.match(text)
+    if match is not None:
+        return Env(process=match.group("proc"), pid=to_int(match.group("pid"))), text[match.end() :]
+    match = COMPOSE_RE.match(text)
+    if match is not None:
+        # Output of a compose service with no prefix of its own (v0.31+ raw tracebacks).
+        return Env(wts=match.group("wts")), text[match.end() :]
+    return Env(), text
+
+
+_JSON_MAX_OPEN = 512
+
+
+def json_line(text: str) -> tuple[Env, str] | None:
+    """docker json-file lines and vLLM's JSON formatter (v0.32+); None if not JSON."""
+    if text.count("[") + text.count("{") > _JSON_MAX_OPEN:
+        return None  # `[[[[...` thousands deep: no log record, and costly to refuse
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        # RecursionError: `[[[[...` thousands deep; such a line is not a log record.
+        return None
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("log"), str):
+        inner = strip_ansi(obj["log"]).rstrip("\r\n")
+        nested = json_line(inner) if inner.startswith("{") else None
+        env, message = nested if nested is not None else envelope(inner)
+        if isinstance(obj.get("time"), str) and env.wts is None:
+            env.wts = obj["time"]
+        return env, message
+    if isinstance(obj.get("message"), str) and ("levelname" in obj or "asctime" in obj):
+        asctime = obj.get("asctime")
+        process = obj.get("processName")
+        return (
+            Env(
+                process=process if isinstance(process, str) else None,
+                pid=obj["process"] if isinstance(obj.get("process"), int) else None,
+                level=obj.get("levelname") if isinstance(obj.get("levelname"), str) else None,
+                ats=asctime if isinstance(asctime, str) else None,
+                file=obj.get("name") if isinstance(obj.get("name"), str) else None,
+                known=True,
+            ),
+            obj["message"],
+        )
+    return None
+
+
+_LEVELS_BEFORE = tuple(f"{level} " for level in cat.LEVELS)
+
+
+def record_start(text: str, at: int) -> int:
+    """Where the record whose timestamp is at `at` starts: its level and process prefix."""
+    for level in _LEVELS_BEFORE:
+        if text.endswith(level, 0, at):
+            at -= len(level)
+            break
+    end = at - 1 if at > 0 and text[at - 1] == " " else at
+    if end > 0 and text[end - 1] == ")":
+        pid = text.rfind(" pid=", max(0, end - _NAME_MAX - 130), end)
+        tail = _PID_TAIL_RE.match(text, pid) if pid >= 0 else None
+        if tail is not None and tail.end() == end:
+            named = _process_name(text, pid)
+            if named is not None and text[named[1]] == "(":
+                return named[1]
+    return at
+
+
+def has_envelope(text: str) -> bool:
+    if text.startswith("{"):
+        return True  # a JSON object (even a broken one) starts a line of its own
+    env, _ = envelope(text)
+    return names_writer(env)
+
+
+def names_writer(env: Env) -> bool:
+    """A known envelope, a process prefix or a wrapper: a line of its own, nobody's tail."""
+    return env.known or env.process is not None or env.wts is not None
+
+
+def clean(text: str) -> str:
+    text = text.rstrip("\n").rstrip("\r")
+    if "\r" in text:
+        # tqdm redraws: the log record is what follows the last carriage return that has one.
+        # The part holding the last header (no header spans a `\r`), found in one scan: a
+        # search per part cost a Python step per `\r` (170 ns a byte on `\r]\r]...`).
+        last = None
+        for last in HEADER_CORE_RE.finditer(text) if "] " in text else ():  # noqa: B007
+            pass  # the last one is wanted
+        if last is not None:
+            at = last.start()
+            end = text.find("\r", at)
+            found = text[text.rfind("\r", 0, at) + 1 : end if end >= 0 else len(text)]
+        else:
+            # No record: the last redraw, behind the process prefix the line started with.
+            start, final = text[: text.find("\r")], text[text.rfind("\r") + 1 :]
+            wrapper = WRAPPER_RE.match(start)
+            first = start[wrapper.end() if wrapper is not None else 0 :]
+            lead = len(start) - len(first.lstrip())
+            head = _PROCESS_AT_RE.match(start, lead)
+            found = start[: head.end()] + final if head is not None else final
+        text = found
+    return strip_ansi(text)
+
+
+def strip_ansi(text: str) -> str:
+    """The text without ANSI colour codes (with ESC, with the ESC lost, journald's `#033[`)."""
+    if "\x1b" in text:
+        text = _ANSI_ESC_RE.sub("", text)
+    # The probe first: it starts with a literal (a fast scan); the three-way sub does not.
+    if "[" in text and _ANSI_PROBE_RE.search(text) is not None:
+        text = _ANSI_SGR_RE.sub("", text)
+    return text
