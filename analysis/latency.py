@@ -606,7 +606,11 @@ def samples_windows_stats(
     windows: Sequence[Window],
 ) -> list[LatencyStats | None]:
     """`samples_window_stats` for many windows at once."""
-    frame = latencies.filter(pl.col("success").fill_null(True) & pl.col("start").is_not_null())
+    # The three columns first: a filter writes out every column it keeps (log latencies have
+    # several constant ones, free until then).
+    frame = latencies.select("start", metric, "success").filter(
+        pl.col("success").fill_null(True) & pl.col("start").is_not_null()
+    )
     frame = frame.select(pl.col("start").alias("timestamp"), pl.col(metric))
     placed = _window_index(frame, windows, cumulative=False)
     groups = placed.partition_by("window", as_dict=True)
