@@ -176,6 +176,7 @@ class FleetReducer:
         self._submitted = 0
         self._jobs: dict[int, list[Future[tuple[str, dict[str, promapi.RawSamples]]]]] = {}
         self._answers: dict[int, dict[str, Reduced]] = {}
+        self._failed: dict[int, BaseException] = {}
         self._pool = ThreadPoolExecutor(PARALLEL_QUERIES, thread_name_prefix="prometheus")
 
     def take(self, name: str) -> Reduced:
@@ -183,9 +184,15 @@ class FleetReducer:
         b = self._where.pop(name, None)
         if b is None:
             return Reduced()
+        if b in self._failed:  # its queries failed: every server of it fails the same way
+            raise self._failed[b]
         if b not in self._answers:
             self._submit(b + self._ahead)
-            self._answers[b] = self._collect(b)
+            try:
+                self._answers[b] = self._collect(b)
+            except BaseException as exc:
+                self._failed[b] = exc
+                raise
         answers = self._answers[b]
         found = answers.pop(name)
         if not answers:

@@ -242,3 +242,41 @@ def test_batches_select_their_servers_only() -> None:
     ]  # fmt: skip
     (alone,) = plan_batches([_server("x", (("pod", "x"),))], 1)
     assert alone.matchers == 'pod="x",namespace=""'  # (namespace, pod) would name it otherwise
+
+
+class _Failing(_Counting):
+    """Answers HTTP 503 to the range queries that select any of `pods`."""
+
+    def __init__(self, pods: list[str]) -> None:
+        super().__init__()
+        self.pods = pods
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        query = request.url.params.get("query", "")
+        if request.url.path == "/api/v1/query_range" and any(p in query for p in self.pods):
+            return httpx.Response(503, text="overloaded", request=request)
+        return super().handle_request(request)
+
+
+def test_a_batch_that_fails_fails_its_reads(fleet_data: FleetData, prometheus: str) -> None:
+    start, end = (datetime.fromisoformat(t) for t in (fleet_data.start, fleet_data.end))
+    options = FleetOptions(url=prometheus, start=start, end=end)
+    with promapi.PromClient(prometheus) as client, Fleet(options, client=client) as fleet:
+        batches = [[name for name, _, _ in b.servers] for b in fleet.batches]
+    assert len(batches) > 3
+
+    def pods(batch: list[str]) -> list[str]:
+        return [name.split("/")[1] for name in batch]  # chat-000, ...: none is in another
+
+    # The first batch is waited for by Fleet(): its failure is Fleet()'s.
+    client = promapi.PromClient(prometheus, transport=_Failing(pods(batches[0])))
+    with client, pytest.raises(promapi.PrometheusError, match="HTTP 503"):
+        Fleet(options, client=client)
+    # A later batch's failure is raised by the reads of its servers, each of them.
+    client = promapi.PromClient(prometheus, transport=_Failing(pods(batches[3])))
+    with client, Fleet(options, client=client) as fleet:
+        for name in batches[0] + batches[1]:
+            assert fleet.read(name).reduced is not None
+        for name in batches[3]:
+            with pytest.raises(promapi.PrometheusError, match="HTTP 503"):
+                fleet.read(name)
