@@ -58,9 +58,12 @@ def test_counter_delta_reads_a_drop_as_a_restart() -> None:
 
 ENDS = {
     "finished": "async_llm_engine.py:140] Finished request cmpl-{i}.",
-    # V1 with --enable-log-outputs: nothing closes the request after this line, so the live
-    # service shows it with the end seen so far, as the batch path does at the end of a file.
+    # V1 with --enable-log-outputs: a response ends its request.
     "generated": "[logger.py:71] Generated response cmpl-{i}: output: 'ok', finish_reason: stop",
+    # A stream whose `(streaming complete)` line never came: still open, so the live service
+    # shows it with the end seen so far, as the batch path does at the end of a file.
+    "delta": "[logger.py:71] Generated response cmpl-{i} (streaming delta): output: 'o', "
+    "finish_reason: None",
 }
 
 
