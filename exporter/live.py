@@ -298,17 +298,11 @@ class LiveState:
                 if reducer is None or not batches or reducer.join.open_requests == 0:
                     continue
                 last = batches[-1]
-                extra: dict[str, pl.DataFrame] = {}
-                pending = zip(("arrivals", "joined"), reducer.join.provisional(), strict=True)
-                for name, rows in pending:
-                    if rows.height:
-                        kept = getattr(last, name)
-                        rows = rows.drop("source")
-                        extra[name] = rows if kept is None else pl.concat([kept, rows])
+                arrivals, joined = reducer.join.provisional()
                 batches[-1] = dataclasses.replace(
                     last,
-                    arrivals=extra.get("arrivals", last.arrivals),
-                    joined=extra.get("joined", last.joined),
+                    arrivals=_appended(last.arrivals, arrivals),
+                    joined=_appended(last.joined, joined),
                 )
             metrics = {name: list(parts) for name, parts in self._metrics.items()}
             names = list(dict.fromkeys([*self._order, *self.totals]))
@@ -449,6 +443,14 @@ def _prune_logs(batches: list[LogFrames], cutoff: datetime) -> LogFrames:
         kept = pl.concat(rows) if rows else pl.DataFrame(schema=schema)
         setattr(merged, name, kept.filter(pl.col(column) >= cutoff).tail(MAX_ROWS_PER_KIND))
     return merged
+
+
+def _appended(kept: pl.DataFrame | None, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """`kept` with the join's `rows` (their `source` dropped: a LogFrames is one file)."""
+    if rows.is_empty():
+        return kept
+    rows = rows.drop("source")
+    return rows if kept is None else pl.concat([kept, rows])
 
 
 def _prune_metrics(parts: list[pl.DataFrame], cutoff: datetime) -> pl.DataFrame:

@@ -105,20 +105,12 @@ def reduce_paths(
     options = options or ParseOptions()
     reducer = LogReducer()
     results: dict[str, LogFrames] = {}
-    # Per file, the ARRIVALS and JOINED rows of the requests that started in it (a join may
-    # settle a request in a later file): compacted blocks, and the recent parts (per slot).
-    Slots = list[list[pl.DataFrame]]
-    rows: dict[str, tuple[Slots, Slots]] = {}
+    # Per (file, slot), the ARRIVALS (slot 0) and JOINED (slot 1) rows of the requests that
+    # started in it (a join may settle a request in a later file).
+    rows: dict[tuple[str, int], _Kept] = {}
 
     def keep(source: str, slot: int, part: pl.DataFrame) -> None:
-        blocks, recent = rows.setdefault(source, ([[], []], [[], []]))
-        recent[slot].append(part)
-        if len(recent[slot]) >= COMPACT_EVERY:
-            # Small frames kept between the big ones each chunk allocates and frees pin
-            # their pages: every COMPACT_EVERY of them become one block. Blocks are never
-            # copied again (regrowing one frame would hold it twice at each compaction).
-            blocks[slot].append(pl.concat(recent[slot], rechunk=True))
-            recent[slot].clear()
+        rows.setdefault((source, slot), _Kept()).add(part)
 
     def route(arrivals: pl.DataFrame, joined: pl.DataFrame) -> None:
         for frame, slot in ((arrivals, 0), (joined, 1)):
@@ -162,13 +154,30 @@ def reduce_paths(
                 results[path] = LogFrames(source=path, deployment=deployment, timezone=options.tz)
     route(*reducer.close())
     for path, frames in results.items():
-        blocks, recent = rows.get(path, ([[], []], [[], []]))
-        frames.arrivals = _concat(blocks[0] + recent[0], ARRIVALS)
-        frames.joined = _concat(blocks[1] + recent[1], JOINED)
+        frames.arrivals = rows.get((path, 0), _Kept()).frame(ARRIVALS)
+        frames.joined = rows.get((path, 1), _Kept()).frame(JOINED)
     return [results[p] for p in dict.fromkeys(paths)]
 
 
-def _concat(parts: list[pl.DataFrame], schema: pl.Schema) -> pl.DataFrame:
-    """One frame of a file's rows, in the order the join settled them (readers sort). Not
-    made contiguous: a copy would hold them twice at the end of the biggest files."""
-    return pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=schema)
+class _Kept:
+    """Rows kept as they settle: small parts, every COMPACT_EVERY of them made one block.
+
+    Small frames kept between the big ones each chunk allocates and frees pin their pages;
+    blocks are never copied again (regrowing one frame would hold it twice at each compaction).
+    """
+
+    def __init__(self) -> None:
+        self.blocks: list[pl.DataFrame] = []
+        self.recent: list[pl.DataFrame] = []
+
+    def add(self, part: pl.DataFrame) -> None:
+        self.recent.append(part)
+        if len(self.recent) >= COMPACT_EVERY:
+            self.blocks.append(pl.concat(self.recent, rechunk=True))
+            self.recent = []
+
+    def frame(self, schema: pl.Schema) -> pl.DataFrame:
+        """The rows, in the order they settled (readers sort). Not made contiguous: a copy
+        would hold them twice at the end of the biggest files."""
+        parts = self.blocks + self.recent
+        return pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=schema)
