@@ -186,3 +186,109 @@ def header_counts(text: pl.Series) -> pl.Series:
     if index.len() == 0:
         return counts
     return counts.scatter(index, text.gather(index).str.count_matches(cat.HEADER_CORE))
+
+
+# Where a record may start in a line without an envelope (_classify.classify): at the start
+# (any row) or behind a few symbols (rows that may stand bare, and the stats record). Each
+# row's head: a prefix every match of the row starts with (tests/ingest/test_hostile_bare.py).
+# All but three are at most _HEAD_MAX characters long; the unbounded three (a run of digits or
+# capitals, the logo's run of blocks) are covered by _HEAD_PREFIXES.
+_BARE_HEADS = (
+    "Sequence group ",
+    cat.STATS_RECORD_START,
+    r"#? ?(?:GPU|CUDA|cuda|rocm|TPU|HPU|XPU|CPU|NPU|xpu|npu|hpu|tpu) blocks: ",
+    r"[A-Z]+(?: \+ host)? KV cache size: ",
+    "Maximum concurrency for ",
+    "Available KV cache memory: ",
+    "Loading model weights took ",
+    "Model loading took ",
+    "Memory profiling results: ",
+    "model weights take ",
+    "the current vLLM instance can use total_gpu_memory",
+    "Initial free memory ",
+    "Free memory on device",
+    r"(?:Engine \d+: |\d+ Engines: )?vllm cache_config_info",
+    "Overriding num_gpu_blocks=",
+    r"vLLM (?:API )?server version ",
+    r"Initializing an? ",
+    "non-default args: ",
+    r"(?:args: )?Namespace\(",
+    "Chunked prefill is enabled with ",
+    "Using max model len ",
+    r"(?:Setting|Defaulting) ",
+)
+_START_HEADS = (
+    *_BARE_HEADS,
+    "Throughput: ",
+    r"[\s▄█▀]*?▀▄▀ █",
+    r"[\s▄█▀]*?█▄█▀ █",
+    *(re.escape(row.literal) for row in cat.REQUEST_ROWS),  # each row's literal starts it
+)
+_HEAD_MAX = 50
+# The shapes in front of a message that a hard-wrap join could complete with the next line,
+# anchored at the line start: a compose prefix, a syslog prefix, an exception's name, a row's
+# head (at the start or behind symbols), and text that may still be a proper prefix of an
+# unbounded head, of a location lead (`[file.py:1] `), or of a process prefix (`Name pid=`).
+# Each is a superset of the shape it stands for (a line it wrongly matches is only read in
+# full), in ASCII classes where the shape has Unicode ones (`\w`, `\d`): Polars' cache keeps
+# 32 compiled patterns, fewer than a batch uses, so each is compiled again per batch (with
+# Unicode classes under counted repeats this one took 54 ms to compile; so, under 1).
+# `_WORDISH`: every character but ASCII punctuation other than `+-.:_` (a superset of `\w`).
+_WORDISH = r"[^!-*,/;-@\[-^`{-~\n]"
+_HEAD_PREFIXES = rf"[^\n]{{0,17}}{_WORDISH}*$|[\s▄█▀]*$"
+_PROCESS_PREFIX = r"\s*\(?[A-Za-z_][^()\n]*(?:\([^()\n]*\)[^()\n]*)?$"
+_START_SHAPES = (
+    r"^(?:\s*[A-Za-z0-9][^ \n]* +\| "  # compose
+    r"|[^ \n]{3,10} {1,2}[^ \n]{1,2} [0-2][^ \n]:[0-5][^ \n]:[0-6][^ \n] "  # syslog
+    r"|[A-Z][^ \n]*(?:Error|Exception): "
+    rf"|(?:{'|'.join(_START_HEADS)})"
+    rf"|[^A-Za-z0-9_\n]{{1,8}}(?:{'|'.join(_BARE_HEADS)})"
+    rf"|{_HEAD_PREFIXES}|{_PROCESS_PREFIX})"
+)
+# Anywhere: a location (`:1]`, every header and location lead holds one), a date (every
+# foreign envelope's timestamp starts with one). Apart: as one alternation 4 ms a MB, 1.5 so.
+_LOCATION = r":\d+\]"
+_DATE = r"\d{4}-\d\d-\d\d"
+# At the end: what may be the start of an envelope the next line completes (a vLLM header, a
+# foreign timestamp, a level word).
+_END_SHAPES = (
+    rf"(?:[01][0-9 :-]{{0,14}}|{cat.TIMESTAMP}[^\]:\n]*(?::[^\]\n]*)?"
+    r"|[\d\[-]|[DIWECT][A-Z]{0,6})$"
+)
+
+
+def starts_no_record(text: pl.Series) -> pl.Series:
+    """Lines in which no record can start, alone or joined with the lines after them as a
+    hard-wrap (_lines.parse_odd_lines): no envelope, no process or plain shape, no catalogue
+    row's head where a bare record may start, and nothing at the end that the next line could
+    complete into an envelope. Conservative: false for any line with ANSI codes or a `\\r`.
+
+    A line with a kind literal but none of these is unrecognised whatever follows it; the
+    per-line path then only checks whether it continues the line before.
+    """
+    bare = text.str.strip_chars_end("\r\n")
+    odd = either(
+        bare,
+        lambda sub: sub.str.contains(_LOCATION),  # first: every line with a header
+        lambda sub: sub.str.contains(r"\x1b|\r"),
+        lambda sub: sub.str.contains(r"^\s*$|^\{"),
+        lambda sub: sub.str.contains(_START_SHAPES),
+        lambda sub: sub.str.contains(_END_SHAPES),
+        lambda sub: sub.str.contains(_DATE),
+        lambda sub: sub.str.contains(ESCLESS_LIT),
+        lambda sub: sub.str.contains(cat.ANSI_SGR_CORE),
+        envelope_cue,
+        lambda sub: sub.str.contains(WRAPPER_START),
+        lambda sub: sub.str.contains("|  ", literal=True),
+        lambda sub: both(
+            either(
+                sub,
+                lambda part: part.str.contains(r"[\^~]"),
+                lambda part: part.str.contains(PLAIN_LITERALS),
+            ),
+            sub,
+            lambda part: part.str.contains(PLAIN_CUE),
+        ),
+        lambda sub: sub.str.contains(cat.RAY_REPEAT_LITERAL, literal=True),
+    )
+    return ~odd.fill_null(True)

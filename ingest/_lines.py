@@ -10,6 +10,7 @@ kind and columns (_classify.py), glue, wraps and repeats (_glue.py), and the row
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,14 @@ from preemptscope.ingest._classify import (
     record,
     stats_complete,
 )
-from preemptscope.ingest._envelope import FLAGS, Env, clean, envelope, names_writer
+from preemptscope.ingest._envelope import (
+    FLAGS,
+    Env,
+    clean,
+    envelope,
+    has_envelope,
+    names_writer,
+)
 from preemptscope.ingest._glue import (
     incomplete,
     is_continuation,
@@ -117,14 +125,28 @@ def _repeat_rows(out: Parsed, before: dict[str, int], times: int) -> None:
             rows.extend(dict(row) for row in added)
 
 
-def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
-    """Parse (line number, text, previous physical line or None) in line order."""
+def parse_odd_lines(
+    items: list[tuple[int, str, str | None]], settled: Collection[int] = ()
+) -> Parsed:
+    """Parse (line number, text, previous physical line or None) in line order.
+
+    `settled`: numbers of lines in which no record can start, alone or as a hard-wrap's first
+    half (ingest/_cues.starts_no_record): only whether one continues the line before is read.
+    """
     out = Parsed()
     index = 0
     pending: tuple[str, tuple[Env, str]] | None = None
     while index < len(items):
         line, raw, previous = items[index]
         index += 1
+        if line in settled:
+            pending = None
+            # No envelope of its own; the line before one has none either (is_continuation).
+            if previous is not None and line - 1 not in settled and _continues(previous):
+                out.parsed_lines += 1
+            else:
+                out.unrecognized.append((line, raw.rstrip("\r\n"), NO_FORMAT))
+            continue
         text, times = ray_repeat(clean(raw))
         if not text.strip():
             out.blank_lines += 1
@@ -198,6 +220,12 @@ def parse_odd_lines(items: list[tuple[int, str, str | None]]) -> Parsed:
             out.unrecognized.append((line, raw.rstrip("\r\n"), NO_FORMAT))
     fill_rests(out.rows.get("scheduler_stats", []))
     return out
+
+
+def _continues(previous: str) -> bool:
+    """is_continuation(previous, text) for a text without an envelope."""
+    prev = clean(previous)
+    return open_ended(prev) and has_envelope(prev)
 
 
 def may_continue(raw: str) -> bool:

@@ -166,10 +166,14 @@ def iter_blocks(
             buffer = pa.allocate_buffer(len(carry) + chunk_bytes)
             view = memoryview(buffer).cast("B")
             view[: len(carry)] = carry
-            got = _read(handle, path, view[len(carry) :])
+            got = _read_full(handle, path, view[len(carry) :])
             if not got:
                 break
             end = len(carry) + got
+            # Short of a full chunk: the input has ended (_read_full), so the block needs no
+            # safe cut (a search of 1 MiB of lines that could continue cost a file smaller
+            # than a chunk as much again as parsing them: 4 KB lines of a kind literal).
+            at_end = got < chunk_bytes
             newline = _rfind_newline(view, end)
             if end - (newline + 1) > limits.max_line_bytes:
                 # The last line is too long: emit what precedes it, then cut it.
@@ -183,6 +187,10 @@ def iter_blocks(
                 offset += end - len(carry)
                 yield block
                 continue
+            if at_end:
+                carry = b""
+                yield Block(view[:end])
+                break
             cut = _cut_in(view, end, may_continue)
             if cut < 0 and end > _MAX_CARRY:
                 cut = newline  # give up on finding a record boundary
@@ -204,6 +212,18 @@ def _read(handle: BinaryIO, path: str, into: memoryview) -> int:
         return handle.readinto(into)  # type: ignore[attr-defined,no-any-return]
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise InputError(path, f"cannot read: {exc}") from exc
+
+
+def _read_full(handle: BinaryIO, path: str, into: memoryview) -> int:
+    """Read until `into` is full or the input ends (a pipe or a gzip stream may return less
+    than asked before its end); the number of bytes read."""
+    got = 0
+    while got < len(into):
+        more = _read(handle, path, into[got:])
+        if not more:
+            break
+        got += more
+    return got
 
 
 def _rfind_newline(view: memoryview, end: int) -> int:
