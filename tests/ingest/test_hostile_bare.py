@@ -108,7 +108,10 @@ LONG = " and more text of a prompt that someone wrote into the log"
         # A process prefix the next line completes (`Name` ... ` pid=1) INFO ... `).
         (["Foo non-default args: x" + LONG, " pid=1) INFO ... " + CONFIG], "config"),
         # A foreign timestamp the next line completes.
-        (["x non-default args: y" + LONG + " 2024", "-01-01 00:00:00 - INFO - " + CONFIG], "config"),
+        (
+            ["x non-default args: y" + LONG + " 2024", "-01-01 00:00:00 - INFO - " + CONFIG],
+            "config",
+        ),
         # A vLLM header the next line completes.
         (["1.{non-default args: x" + LONG + " 01-15 14:0", "0:00 [a.py:1] " + CONFIG], "config"),
         # A level word the next line completes (Python's basic format).
@@ -141,7 +144,9 @@ def _head(heads: tuple[str, ...]) -> re.Pattern[str]:
 )
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
-def test_every_match_of_a_row_starts_with_its_head(row: cat.LineFormat, data: st.DataObject) -> None:
+def test_every_match_of_a_row_starts_with_its_head(
+    row: cat.LineFormat, data: st.DataObject
+) -> None:
     text = data.draw(st.from_regex(row.pattern, fullmatch=True))
     assert _head(_cues._START_HEADS).match(text)
     # Stats rows stand bare only as a record start (the next test): _classify.classify.
