@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
-from preemptscope.ingest import _cues, _lines
+from preemptscope.ingest import _cues, _glue, _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._extract import (
     _access_frame,
@@ -294,35 +294,66 @@ def _cascade(
         # Each check only on the lines the ones before left (_cues.either).
         headerless, rest = split(rest, rest["hdr"] == 0)
         bare = _cues.as_cleaned(headerless["raw"].str.strip_chars_end("\r\n"))
-        readable = _cues.either(
-            bare,
-            _cues.envelope_cue,
-            lambda sub: sub.str.contains(_cues.WRAPPER_START),
-            lambda sub: sub.str.starts_with("  "),
-            lambda sub: sub.str.contains("|  ", literal=True),
-            lambda sub: _cues.both(
-                _cues.either(
-                    sub,
-                    lambda part: part.str.contains(r"[\^~]"),
-                    lambda part: part.str.contains(_cues.PLAIN_LITERALS),
-                ),
-                sub,
-                lambda part: part.str.contains(_cues.PLAIN_CUE),
-            ),
-        )
+        readable = _cues.readable(bare)
         lone, more = split(headerless, ~readable)
         rest = join(rest, more)
         if lone.height:
+            continued = _continued(lone, bare.filter(~readable), before)
             # A line that starts with `{` is an envelope of its own: nobody's tail.
             own, others = split(lone, lone["raw"].str.starts_with("{"))
             claim("unrec", own.drop("hdr"))
             if others.height:
-                tails, noise = split(others, _cues.may_be_continued(before(others)))
+                tails, noise = split(others, continued(others))
                 claim("unrec", noise.drop("hdr"))
                 rest = join(rest, tails)
         odd_parts.append(rest.drop("hdr"))
 
     return routed, odd_parts
+
+
+def _continued(
+    lone: pl.DataFrame, bare: pl.Series, before: Callable[[pl.DataFrame], pl.Series]
+) -> Callable[[pl.DataFrame], pl.Series]:
+    """For lines of no format (a subset of `lone`): may the line before make it a record's
+    tail (_cues.may_be_continued of that line)?
+
+    The line before is mostly one of `lone` too (a file of noise): what step 6 found in it
+    holds where routing did not change its text (no ANSI codes; `bare`: as step 6 read it), so
+    only what the checks of a line of no format leave open is looked for: a request literal
+    (the other kind literals sent it to the per-line path), a timestamp, a `{` at its start.
+    (may_be_continued on each line before cost ~5 ms a MB of noise, as much as a log's parse.)
+    """
+    read = before(lone.select(pl.col("line") + 1))  # each line of `lone`, as the path reads it
+    raw = lone["raw"]
+    same = (read.str.len_bytes() == raw.str.len_bytes()) & (
+        bare.str.len_bytes() == raw.str.strip_chars_end("\r\n").str.len_bytes()
+    )
+    long = read.str.len_chars() >= _glue.WRAP_MIN
+    index = (~same).arg_true()
+    cont = _cues.both(
+        long & same,
+        read,
+        lambda sub: _cues.either(
+            sub,
+            lambda part: part.str.starts_with("{"),
+            lambda part: part.str.contains(_REQ_LIT),
+            _cues.timestamp,
+        ),
+    )
+    if index.len():
+        cont = cont.scatter(index, _cues.may_be_continued(read.gather(index)))
+    known = pl.DataFrame({"line": lone["line"] + 1, "cont": cont})
+
+    def continued(others: pl.DataFrame) -> pl.Series:
+        found = others.select("line").join(known, on="line", how="left", maintain_order="left")
+        mask = found["cont"]
+        unknown = mask.is_null().arg_true()
+        if unknown.len():
+            sub = others[unknown]
+            mask = mask.scatter(unknown, _cues.may_be_continued(before(sub)))
+        return mask
+
+    return continued
 
 
 def _settled(part: pl.DataFrame) -> pl.DataFrame:

@@ -12,12 +12,13 @@ purpose (it reads them at step 4), where the per-line path alone would match its
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from preemptscope.ingest import _cues
+from preemptscope.ingest import _cues, _route
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest.logs import ParseOptions, parse_lines
 
@@ -119,6 +120,7 @@ GATES = [
     (_cues.UVICORN_PROBE, _cues.UVICORN_LITERALS),
     (cat.HEADER_CORE, r"\] "),
     (cat.TIMESTAMP, ":"),
+    (cat.TIMESTAMP, _cues.TIMESTAMP_GATE),
     (_cues.SYSLOG_PID, r"\]: "),
     (cat.ANSI_SGR_CORE, "[0-9]m"),
 ]
@@ -130,3 +132,41 @@ GATES = [
 def test_every_match_holds_its_gate(pattern: str, gate: str, data: st.DataObject) -> None:
     text = data.draw(st.from_regex(pattern))
     assert re.search(pattern, text) and re.search(gate, text)
+
+
+def _reference_continued(
+    lone: pl.DataFrame, bare: pl.Series, before: Callable[[pl.DataFrame], pl.Series]
+) -> Callable[[pl.DataFrame], pl.Series]:
+    """_route._continued as it was: may_be_continued of every line before."""
+    return lambda others: _cues.may_be_continued(before(others))
+
+
+CONTINUED_PIECES = st.sampled_from(
+    [
+        FILLER,
+        "Received request x: ",
+        "Request ",
+        "non-default args: ",
+        "01-15 14:00:00 ",
+        "14:00:00",
+        "{",
+        "\x1b[1m",
+        "[1m",
+        "\x1b[0m",
+        "\r",
+        "INFO ",
+        "(EngineCore pid=1) ",
+        "x.",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(CONTINUED_PIECES, max_size=6).map("".join), min_size=1, max_size=8))
+def test_what_step_6_knows_of_the_line_before_agrees(lines: list[str]) -> None:
+    """The line before a line of no format, when step 6 read it too, is judged from what it
+    found there (_route._continued): the same as may_be_continued of that line."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_route, "_continued", _reference_continued)
+        reference = _frames(lines)
+    assert _frames(lines) == reference
