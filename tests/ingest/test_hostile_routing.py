@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import polars as pl
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from preemptscope.ingest import _cues, _route
 from preemptscope.ingest import catalogue as cat
@@ -134,11 +134,26 @@ def test_every_match_holds_its_gate(pattern: str, gate: str, data: st.DataObject
     assert re.search(pattern, text) and re.search(gate, text)
 
 
-def _reference_continued(
-    lone: pl.DataFrame, bare: pl.Series, before: Callable[[pl.DataFrame], pl.Series]
+_CONTINUED = _route._continued
+
+
+def _checked_continued(
+    lone: pl.DataFrame,
+    text: pl.Series,
+    bare: pl.Series,
+    stripped: pl.Series | None,
+    before: Callable[[pl.DataFrame], pl.Series],
 ) -> Callable[[pl.DataFrame], pl.Series]:
-    """_route._continued as it was: may_be_continued of every line before."""
-    return lambda others: _cues.may_be_continued(before(others))
+    """_route._continued, each answer checked against may_be_continued of every line before
+    (what it stands for)."""
+    real = _CONTINUED(lone, text, bare, stripped, before)
+
+    def continued(others: pl.DataFrame) -> pl.Series:
+        got = real(others)
+        assert got.to_list() == _cues.may_be_continued(before(others)).to_list()
+        return got
+
+    return continued
 
 
 CONTINUED_PIECES = st.sampled_from(
@@ -157,16 +172,21 @@ CONTINUED_PIECES = st.sampled_from(
         "INFO ",
         "(EngineCore pid=1) ",
         "x.",
+        "\x1b[32mx",
+        "2024-01-01T00:00:00Z ",
+        "  ",
     ]
 )
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(CONTINUED_PIECES, max_size=6).map("".join), min_size=1, max_size=8))
+@example([FILLER, "Received request x: " + FILLER, FILLER])
+@example([FILLER, "01-15 14:00:00 " + FILLER, FILLER])
+@example([FILLER, "{" + FILLER, FILLER, "\x1b[32m" + FILLER, FILLER, "[1m" + FILLER, FILLER])
 def test_what_step_6_knows_of_the_line_before_agrees(lines: list[str]) -> None:
     """The line before a line of no format, when step 6 read it too, is judged from what it
     found there (_route._continued): the same as may_be_continued of that line."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_route, "_continued", _reference_continued)
-        reference = _frames(lines)
-    assert _frames(lines) == reference
+        patch.setattr(_route, "_continued", _checked_continued)
+        _frames(lines)
