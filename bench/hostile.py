@@ -77,6 +77,14 @@ def bare_literal(size: int) -> list[str]:
     return [line] * max(1, size // len(line))
 
 
+def bare_name(size: int) -> list[str]:
+    """The same lines opening with a name (`x non-default args: '`): each may also be the start
+    of a process prefix that a next line ` pid=1) INFO ... ` would complete."""
+    unit = "x non-default args: '"
+    line = _repeat(unit, 4_096)
+    return [line] * max(1, size // len(line))
+
+
 def stats_digits(size: int) -> list[str]:
     """128 KB of digits after a stats prefix (`[\\d.]+` runs and the fields after them)."""
     per = min(size, 128_000)
@@ -122,6 +130,7 @@ CLASSES: dict[str, Callable[[int], list[str]]] = {
     "non_default_args": non_default_args,
     "ansi_brackets": ansi_brackets,
     "bare_literal": bare_literal,
+    "bare_name": bare_name,
     "stats_digits": stats_digits,
     "stats_digits_prompt": stats_digits_prompt,
     "headers_prompt": headers_prompt,

@@ -33,6 +33,7 @@ EXPECTED = {
     "non_default_args": {"config"},
     "ansi_brackets": {"unrecognized"},
     "bare_literal": {"unrecognized"},
+    "bare_name": {"unrecognized"},
     "stats_digits": {"scheduler_stats"},
     "stats_digits_prompt": {"requests"},
     "headers_prompt": {"requests"},
