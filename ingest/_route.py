@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import polars as pl
 from preemptscope.ingest import _cues, _glue, _lines
@@ -351,8 +352,8 @@ def _continued(
         read = before(lone[index].select(pl.col("line") + 1))  # the lines themselves
         cont = cont.scatter(index, _cues.may_be_continued(read))
     # By line number (a gather, not a join: ~1.8 ms a MB of noise).
-    first = int(lone["line"].min())  # type: ignore[arg-type]
-    span = int(lone["line"].max()) - first + 2  # type: ignore[operator]
+    first = cast(int, lone["line"].min())
+    span = cast(int, lone["line"].max()) - first + 2
     known = pl.repeat(None, span, dtype=pl.Boolean, eager=True).scatter(
         lone["line"] - first + 1, cont
     )
@@ -431,10 +432,10 @@ def _assemble(
             ]
         ).sort("line")
         odd = odd.with_columns(before(odd).rename("prev"))
-        settled = frozenset(odd.filter("settled")["line"].to_list())
+        no_record = frozenset(odd.filter("settled")["line"].to_list())
         result = _lines.parse_odd_lines(
             [(int(a), str(b), c) for a, b, c in odd.select("line", "raw", "prev").iter_rows()],
-            settled,
+            no_record,
         )
         parsed = result.parsed_lines
         accounting.blank_lines += result.blank_lines
