@@ -18,6 +18,7 @@ from typing import TypeVar
 import polars as pl
 from preemptscope.ingest import _glue
 from preemptscope.ingest import catalogue as cat
+from preemptscope.ingest._envelope import PROCESS_NAME_MAX
 
 # Every ANSI form seen in logs ends a colour with a reset; ESC-less pastes keep `[0m`.
 # Sets of literals are looked for with one regex alternation (the regex crate's SIMD literal
@@ -294,7 +295,8 @@ _HEAD_MAX = 50
 # `_WORDISH`: every character but ASCII punctuation other than `+-.:_` (a superset of `\w`).
 _WORDISH = r"[^!-*,/;-@\[-^`{-~\n]"
 _HEAD_PREFIXES = rf"[^\n]{{0,17}}{_WORDISH}*$|[\s▄█▀]*$"
-_PROCESS_PREFIX = r"\s*\(?[A-Za-z_][^()\n]*(?:\([^()\n]*\)[^()\n]*)?$"
+# A process prefix's name is bounded (ingest/_envelope.py: PROCESS_NAME_MAX).
+_PROCESS_PREFIX = rf"\s*\(?[A-Za-z_][^\n]{{0,{PROCESS_NAME_MAX}}}$"
 _START_SHAPES = (
     r"^(?:\s*[A-Za-z0-9][^ \n]* +\| "  # compose
     r"|[^ \n]{3,10} {1,2}[^ \n]{1,2} [0-2][^ \n]:[0-5][^ \n]:[0-6][^ \n] "  # syslog

@@ -51,7 +51,15 @@ _NO_PARENS_RE = regex.compile(r"[^()\n]*\Z", FLAGS)
 _RANK_RE = regex.compile(r"\[(?P<rank>rank\d{1,9})\]: ?", FLAGS)
 _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _NAME_MAX = 200
-ELIDED_RE = regex.compile(cat.ELIDED_ENVELOPE, FLAGS)
+# An elided header's process name bounded as _PROCESS_AT_RE bounds it (a real one is a few
+# dozen characters): a line that starts with a name is then no process prefix past ~330
+# characters, so a hard-wrap join cannot make the next line's ` pid=1) INFO ...` complete it
+# (ingest/_cues.starts_no_record relies on this).
+_PROC = r"(?P<proc>[A-Za-z_][^()\n]*?(?:\([^()\n]*\)[^()\n]*?)?)"
+_PROC_BOUNDED = r"(?P<proc>[A-Za-z_][^()\n]{0,200}?(?:\([^()\n]{0,60}\)[^()\n]{0,60}?)?)"
+assert _PROC in cat.PROCESS
+_ELIDED = cat.ELIDED_ENVELOPE.replace(cat.PROCESS, cat.PROCESS.replace(_PROC, _PROC_BOUNDED))
+ELIDED_RE = regex.compile(_ELIDED, FLAGS)
 # The same without its process prefix, for a line without ` pid=` (which every process prefix
 # holds): the prefix's lazy run cost ~0.16 us a byte on a line that starts with a name.
 _ELIDED_PROCESS = f"(?:{cat.PROCESS}|{cat.RANK})?"
@@ -61,6 +69,7 @@ _ELIDED_NO_PID_RE = regex.compile(
     cat.ELIDED_ENVELOPE.replace(_ELIDED_PROCESS, f"(?:(?P<proc>(?!))(?P<pid>(?!))|{cat.RANK})?"),
     FLAGS,
 )
+PROCESS_NAME_MAX = 330  # the longest start of a line a process prefix may still complete
 SYSLOG_RE = regex.compile(cat.SYSLOG, FLAGS)
 COMPOSE_RE = regex.compile(rf"^(?:{cat.WRAPPER_TS})?(?P<compose>{cat.COMPOSE})", FLAGS)
 COMPOSE_ONLY_RE = regex.compile(cat.COMPOSE, FLAGS)

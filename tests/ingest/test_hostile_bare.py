@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from preemptscope.ingest import _cues, _glue
+from preemptscope.ingest import _cues, _envelope, _glue
 from preemptscope.ingest import catalogue as cat
 
 from .test_hostile_routing import FILLER, _frames
@@ -107,6 +107,8 @@ LONG = " and more text of a prompt that someone wrote into the log"
         (["1.{non-default args: '" * 8, "1.{non-default args: '" * 8], None),
         # A process prefix the next line completes (`Name` ... ` pid=1) INFO ... `).
         (["Foo non-default args: x" + LONG, " pid=1) INFO ... " + CONFIG], "config"),
+        # ... but not with a name longer than any process name (ingest/_envelope.py bounds it).
+        (["Foo non-default args: x" * 20, " pid=1) INFO ... " + CONFIG], None),
         # A foreign timestamp the next line completes.
         (
             ["x non-default args: y" + LONG + " 2024", "-01-01 00:00:00 - INFO - " + CONFIG],
@@ -131,8 +133,15 @@ def test_joins_the_mark_leaves_to_the_per_line_path(
 
 
 def test_the_bench_lines_are_marked() -> None:
-    marked = _cues.starts_no_record(pl.Series(["1.{non-default args: '" * 186 + "\n"]))
-    assert marked.to_list() == [True]
+    lines = ["1.{non-default args: '" * 186 + "\n", "x non-default args: '" * 195 + "\n"]
+    assert _cues.starts_no_record(pl.Series(lines)).to_list() == [True, True]
+
+
+def test_a_process_prefix_fits_in_the_bound() -> None:
+    """The start of a line a process prefix may still complete (`(Name`, a nested part, `, pid`)
+    is at most PROCESS_NAME_MAX characters, which _cues._PROCESS_PREFIX covers."""
+    start = r"\(?" + _envelope._PROC_BOUNDED + ",? pid"
+    assert _width(start) <= _envelope.PROCESS_NAME_MAX + 2
 
 
 def _head(heads: tuple[str, ...]) -> re.Pattern[str]:
