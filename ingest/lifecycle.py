@@ -60,6 +60,7 @@ MAX_OPEN = 100_000
 ARRIVALS = pl.Schema({"source": pl.String(), **schema.ARRIVALS})
 JOINED = pl.Schema({"source": pl.String(), **schema.JOINED})
 _EVENT_COLUMNS = ["source", "line", "pid", "deployment", "timestamp", "event", "request_id"]
+_RECENT = pl.Schema({"request_id": pl.String(), "timestamp": TIMESTAMP, "_h": pl.UInt64()})
 
 
 def _events(requests: pl.DataFrame) -> pl.DataFrame:
@@ -82,36 +83,58 @@ def _events(requests: pl.DataFrame) -> pl.DataFrame:
 
 
 def _fold_ids(
-    events: pl.DataFrame, received: bool | None = None, known_before: pl.Series | None = None
+    events: pl.DataFrame, received: bool | None = None, known_before: pl.DataFrame | None = None
 ) -> pl.DataFrame:
     """Add `key`: the id as the frontend logged it (see module doc).
 
     `received`: whether the stream has `Received` lines at all (default: whether `events` has);
-    `known_before`: ids of earlier batches that count as known (RequestJoin).
+    `known_before`: ids of earlier batches that count as known, with their `_h` hashes
+    (RequestJoin's recent ids).
     """
     has_received = bool((events["event"] == "received").any()) if received is None else received
     ids = events["request_id"]
     is_reference = events.select(_is_reference(has_received)).to_series()
-    reference = ids.filter(is_reference)
-    if known_before is not None and known_before.len():
-        reference = pl.concat([reference, known_before])
-    known = reference.implode()
-    # Reference ids are known by definition: only the others are looked up.
+    reference = ids.filter(is_reference).implode()
+    # Reference ids are known by definition: only the others are looked up, first among
+    # this batch's own (a small set: most lines name a request received in the same batch).
     others = (~is_reference).arg_true()
-    unknown = others.filter(~ids.gather(others).is_in(known))
+    unknown = others.filter(~ids.gather(others).is_in(reference))
     if unknown.len() == 0:
         return events.with_columns(key=ids)
-    # The shortened spellings only for the ids not known as they are (most are): the regex is
-    # what costs here, and a when/then would run it on every row. Both spellings are looked
-    # up in one pass (the lookup builds its set of known ids each time).
-    one = ids.gather(unknown).str.replace(r"-[^-]+$", "")
-    two = one.str.replace(r"-[^-]+$", "")
-    hits = pl.concat([one, two]).is_in(known)
-    n = unknown.len()
-    folded = pl.select(
-        pl.when(hits.head(n)).then(one).when(hits.tail(n)).then(two).otherwise(ids.gather(unknown))
-    ).to_series()
+    before = known_before if known_before is not None and known_before.height else None
+    # An id known as it is keeps its spelling: among these, only an earlier batch's can be.
+    spelt = ids.gather(unknown)
+    exact = _known_before(spelt, before)
+    # The shortened spellings (the regex is what costs: only for the ids not known as they
+    # are); the twice-shortened one only for the ids the first one does not fold.
+    one = spelt.str.replace(r"-[^-]+$", "")
+    by_one = ~exact & (one.is_in(reference) | _known_before(one, before))
+    folded = pl.select(pl.when(by_one).then(one).otherwise(spelt)).to_series()
+    rest = (~exact & ~by_one).arg_true()
+    if rest.len():
+        two = one.gather(rest).str.replace(r"-[^-]+$", "")
+        by_two = two.is_in(reference) | _known_before(two, before)
+        folded = folded.scatter(rest.filter(by_two), two.filter(by_two))
     return events.with_columns(key=ids.scatter(unknown, folded))
+
+
+def _known_before(spellings: pl.Series, known: pl.DataFrame | None) -> pl.Series:
+    """Whether each spelling is one of the `known` ids (a frame of request_id and its `_h`).
+
+    The lookup is by hash (a set of integers, cheap to build at every batch, where a set of
+    the strings costs 5x); a hash that matches is checked against the strings it stands for,
+    so ids that share a hash are never taken for one another.
+    """
+    if known is None:
+        return pl.Series(values=[False] * spellings.len(), dtype=pl.Boolean())
+    hashes = spellings.hash()
+    maybe = hashes.is_in(known["_h"].implode())
+    if not maybe.any():
+        return maybe
+    where = maybe.arg_true()
+    candidates = known.filter(pl.col("_h").is_in(hashes.gather(where).implode()))["request_id"]
+    sure = spellings.gather(where).is_in(candidates.implode())
+    return maybe.scatter(where, sure)
 
 
 def _is_reference(received: bool) -> pl.Expr:
@@ -360,7 +383,7 @@ class RequestJoin:
         self._open = pl.DataFrame(schema={**_event_schema(), "key": pl.String()})
         # Ids seen lately (the last HORIZON, at most MAX_OPEN): a suffixed spelling of an id
         # folds onto it even when its request settled in an earlier batch.
-        self._recent = pl.DataFrame(schema={"request_id": pl.String(), "timestamp": TIMESTAMP})
+        self._recent = pl.DataFrame(schema=_RECENT)
         self._received = False
         self.evicted = 0  # requests settled early because MAX_OPEN were open
         self._still = pl.DataFrame()  # the open requests' sessions (_sessions rows)
@@ -383,8 +406,8 @@ class RequestJoin:
             return _empty_out()
         newest = fresh["timestamp"].max()
         self._received = self._received or bool((fresh["event"] == "received").any())
-        self._remember(fresh, newest)
-        keyed = _fold_ids(fresh, self._received, self._recent["request_id"])
+        earlier = self._remember(fresh, newest)
+        keyed = _fold_ids(fresh, self._received, earlier)
         return self._settle(pl.concat([self._open, keyed]), newest)
 
     def close(self) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -394,14 +417,19 @@ class RequestJoin:
         events, self._open = self._open, self._open.clear()
         return self._settle(events, None)
 
-    def _remember(self, fresh: pl.DataFrame, newest: object) -> None:
-        seen = fresh.filter(_is_reference(self._received)).select("request_id", "timestamp")
-        cutoff = newest - self._horizon  # type: ignore[operator]
-        self._recent = (
-            pl.concat([self._recent, seen])
-            .filter(pl.col("timestamp") >= cutoff)
-            .tail(self._max_open)
+    def _remember(self, fresh: pl.DataFrame, newest: object) -> pl.DataFrame:
+        """Add the batch's reference ids to the recent ones; the recent ones of earlier
+        batches (the batch's own are looked up as they are)."""
+        seen = fresh.filter(_is_reference(self._received)).select(
+            "request_id", "timestamp", _h=pl.col("request_id").hash()
         )
+        cutoff = newest - self._horizon  # type: ignore[operator]
+        old = self._recent.filter(pl.col("timestamp") >= cutoff)
+        seen = seen.filter(pl.col("timestamp") >= cutoff)
+        # The last MAX_OPEN of them are kept: the oldest of the earlier ones go first.
+        drop = max(0, old.height + seen.height - self._max_open)
+        self._recent = pl.concat([old, seen]).tail(self._max_open)
+        return old.slice(drop)
 
     def _settle(self, events: pl.DataFrame, newest: object) -> tuple[pl.DataFrame, pl.DataFrame]:
         simple, tangled = _quick_sessions(events)
