@@ -201,18 +201,23 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     # Per-row columns first, plain aggregations after: filters inside an aggregation are
     # evaluated group by group, which is what costs on millions of requests.
-    events = events.with_columns(_rank=_rank(events))
-    rank = pl.col("_rank")
+    rank, span = _rank(events)
+    events = events.with_columns(
+        _sr=pl.when(is_start).then(rank), _or=pl.when(~is_start).then(rank)
+    )
     first = pl.col("_sr").arg_min()  # the earliest start in (time, line) order
-    # A join reads one deployment: then the key alone names a request.
-    deployments = events["deployment"]
-    single = deployments.null_count() == 0 and bool((deployments == deployments[0]).all())
-    by = ["key"] if single else ["deployment", "key"]
+    # A join reads one deployment (then the key alone names a request), mostly one file of
+    # one process: a column that holds one value is not gathered group by group.
+    single = {name: _single(events[name]) for name in ("deployment", "source", "pid")}
+    by = ["key"] if single["deployment"] else ["deployment", "key"]
+    taken = {name: pl.col(name).get(first) for name in ("source", "pid") if not single[name]}
+    if span is None:
+        taken |= {"start": when(is_start).min(), "line": pl.col("line").get(first)}
+    else:
+        # The earliest start's (time, line) is its rank's.
+        taken["_first_start"] = pl.col("_sr").min()
     groups = (
         events.with_columns(
-            _s=when(is_start),
-            _sr=pl.when(is_start).then(rank),
-            _or=pl.when(~is_start).then(rank),
             _f=when(pl.col("event") == "finished"),
             _g=when(pl.col("event") == "generated"),
             _d=when(pl.col("event") == "delta"),
@@ -220,11 +225,7 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         .group_by(by)
         .agg(
-            *([] if len(by) == 2 else [pl.col("deployment").first()]),
-            start=pl.col("_s").min(),
-            source=pl.col("source").get(first),
-            line=pl.col("line").get(first),
-            pid=pl.col("pid").get(first),
+            **taken,
             finished=pl.col("_f").min(),
             generated=pl.col("_g").min(),
             delta=pl.col("_d").max(),
@@ -234,17 +235,39 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             _first_other=pl.col("_or").min(),
         )
     )
+    constants = [
+        pl.lit(events[name][0], events.schema[name]).alias(name)
+        for name in ("deployment", "source", "pid")
+        if single[name] and name not in by
+    ]
+    if span is not None:
+        low, width = span
+        first_start = pl.col("_first_start")
+        constants += [
+            (first_start // width + low).cast(events.schema["timestamp"]).alias("start"),
+            (first_start % width).alias("line"),
+        ]
+    groups = groups.with_columns(constants)
     tangled = pl.col("start").is_not_null() & (pl.col("_last_start") >= pl.col("_first_other"))
     simple = groups.filter(~tangled.fill_null(False)).with_columns(
         session=pl.lit(0, pl.Int64), later=pl.lit(False)
     )
     others = groups.filter(tangled.fill_null(False)).select("deployment", "key")
-    return simple.drop("_last_start", "_first_other"), others
+    return simple.drop("_last_start", "_first_other", "_first_start", strict=False), others
 
 
-def _rank(events: pl.DataFrame) -> pl.Series:
+def _single(column: pl.Series) -> bool:
+    """Whether every value of a column is its first one (null included)."""
+    head = column[0]
+    if head is None:
+        return column.null_count() == column.len()
+    return column.null_count() == 0 and bool((column == head).all())
+
+
+def _rank(events: pl.DataFrame) -> tuple[pl.Series, tuple[int, int] | None]:
     """(time, line) as one number, the order `_numbered` sorts by: 64 bits when the batch's
-    span of times and lines fits (the usual case), else 128."""
+    span of times and lines fits (the usual case: then also `(low, width)`, rank being
+    `(micros - low) * width + line`), else 128."""
     micros = events["timestamp"].dt.epoch("us")
     lines = events["line"]
     low, high, bottom, top = micros.min(), micros.max(), lines.min(), lines.max()
@@ -256,9 +279,9 @@ def _rank(events: pl.DataFrame) -> pl.Series:
         and bottom >= 0
         and (high - low + 1) * (top + 1) < 1 << 62
     ):
-        return (micros - low) * (top + 1) + lines
+        return (micros - low) * (top + 1) + lines, (low, top + 1)
     wide = pl.col("timestamp").dt.epoch("us").cast(pl.Int128) * (1 << 40) + pl.col("line")
-    return events.select(wide).to_series()
+    return events.select(wide).to_series(), None
 
 
 def _ends(sessions: pl.DataFrame) -> pl.DataFrame:
