@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 _STARTS = ["received", "added"]
+_DONE = ["finished", "generated"]  # either ends a request (the first of them)
 _GROUP = ["deployment", "key", "session"]
 
 # A request with no line for this long (log time) is settled: its end, if any, came.
@@ -177,8 +178,7 @@ def _sessions(events: pl.DataFrame) -> pl.DataFrame:
         source=pl.col("source").filter(is_start).first(),
         line=pl.col("line").filter(is_start).first(),
         pid=pl.col("pid").filter(is_start).first(),
-        finished=first_time(["finished"]),
-        generated=first_time(["generated"]),
+        done=first_time(_DONE),
         delta=pl.col("timestamp").filter(pl.col("event") == "delta").max(),
         stopped=first_time(["aborted", "failed"]),
         last=pl.col("timestamp").max(),
@@ -218,16 +218,14 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         taken["_first_start"] = pl.col("_sr").min()
     groups = (
         events.with_columns(
-            _f=when(pl.col("event") == "finished"),
-            _g=when(pl.col("event") == "generated"),
+            _done=when(pl.col("event").is_in(_DONE)),
             _d=when(pl.col("event") == "delta"),
             _x=when(pl.col("event").is_in(["aborted", "failed"])),
         )
         .group_by(by)
         .agg(
             **taken,
-            finished=pl.col("_f").min(),
-            generated=pl.col("_g").min(),
+            done=pl.col("_done").min(),
             delta=pl.col("_d").max(),
             stopped=pl.col("_x").min(),
             last=ts.max(),
@@ -287,7 +285,7 @@ def _rank(events: pl.DataFrame) -> tuple[pl.Series, tuple[int, int] | None]:
 def _ends(sessions: pl.DataFrame) -> pl.DataFrame:
     """Sessions with end, success and e2e (the rules of the module doc), and `_joinable`:
     both ends are known, the end not before the start."""
-    done = pl.min_horizontal("finished", "generated")
+    done = pl.col("done")
     end = pl.coalesce(done, "delta", "stopped")
     return sessions.with_columns(
         end=end, success=done.is_not_null() | pl.col("delta").is_not_null()
@@ -456,16 +454,17 @@ class RequestJoin:
 
     def _settle(self, events: pl.DataFrame, newest: object) -> tuple[pl.DataFrame, pl.DataFrame]:
         simple, tangled = _quick_sessions(events)
-        # Most batches have no reused id and few open requests: each join below is skipped
-        # when its right side is empty (a join probes every event whatever it holds).
+        # Most batches have no reused id and few open requests: the slow path and each join
+        # below are skipped when there is nothing for them.
         numbered = _numbered(_semi(events, tangled, ["deployment", "key"]))
-        sessions = pl.concat([simple, _sessions(numbered)], how="diagonal_relaxed")
+        sessions = simple.with_columns(_simple=pl.lit(True))
+        if numbered.height:
+            sessions = pl.concat([sessions, _sessions(numbered)], how="diagonal_relaxed")
         if newest is None:
             done = pl.lit(True)
         else:
             cutoff = newest - self._horizon  # type: ignore[operator]
-            ended = pl.col("finished").is_not_null() | pl.col("generated").is_not_null()
-            done = ended | pl.col("later") | (pl.col("last") < cutoff)
+            done = pl.col("done").is_not_null() | pl.col("later") | (pl.col("last") < cutoff)
         sessions = sessions.with_columns(_done=done)
         still = sessions.filter(~pl.col("_done"))
         if still.height > self._max_open:
@@ -482,16 +481,13 @@ class RequestJoin:
         arrivals, joined = _split(sessions.filter(pl.col("_done")))
         self._still = still
         keep = [*_EVENT_COLUMNS, "key"]
-        open_simple = still.filter(pl.col("session") == 0).select("deployment", "key")
-        open_events = _semi(events, open_simple, ["deployment", "key"])
-        if tangled.height and open_events.height:
-            open_events = open_events.join(tangled, on=["deployment", "key"], how="anti")
-        self._open = pl.concat(
-            [
-                open_events.select(keep),
-                _semi(numbered, still.select(*_GROUP), _GROUP).select(keep),
-            ]
-        )
+        # The open requests' events stay: those of the one-request ids by id (their sessions
+        # and the others' are apart), those of the others by session.
+        open_simple = still.filter(pl.col("_simple").fill_null(False)).select("deployment", "key")
+        parts = [_semi(events, open_simple, ["deployment", "key"]).select(keep)]
+        if numbered.height:
+            parts.append(_semi(numbered, still.select(*_GROUP), _GROUP).select(keep))
+        self._open = pl.concat(parts)
         return arrivals, joined
 
 
@@ -499,6 +495,15 @@ def _semi(frame: pl.DataFrame, keys: pl.DataFrame, on: list[str]) -> pl.DataFram
     """The rows of `frame` whose `on` columns are a row of `keys`."""
     if keys.height == 0 or frame.height == 0:
         return frame.clear()
+    if on == ["deployment", "key"] and _single(keys["deployment"]):
+        # One deployment (a join's): a lookup of the keys, cheaper than a join.
+        deployment = keys["deployment"][0]
+        same = (
+            pl.col("deployment").is_null()
+            if deployment is None
+            else pl.col("deployment") == deployment
+        )
+        return frame.filter(same & pl.col("key").is_in(keys["key"].implode()))
     return frame.join(keys, on=on, how="semi")
 
 
