@@ -66,9 +66,7 @@ _RECENT = pl.Schema({"request_id": pl.String(), "timestamp": TIMESTAMP, "_h": pl
 
 def _events(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per (event, id): `Aborted request(s) a,b.` stands for each id."""
-    rows = requests.filter(
-        pl.col("timestamp").is_not_null() & pl.col("request_id").is_not_null()
-    ).select(_EVENT_COLUMNS)
+    rows = requests.select(_EVENT_COLUMNS)
     listed = rows["request_id"].str.contains(",", literal=True)
     if listed.any():
         # Only the rows that list ids are split (exploding every row copies every row).
@@ -78,9 +76,11 @@ def _events(requests: pl.DataFrame) -> pl.DataFrame:
             .explode("request_id")
         )
         rows = pl.concat([rows.filter(~listed), lists])
-    return rows.with_columns(
-        pl.col("request_id").str.strip_chars().str.strip_chars_end(".")
-    ).filter(pl.col("request_id") != "")
+    # One filter, after the ids are cleaned (a row without a time or an id has none either).
+    rid = pl.col("request_id")
+    return rows.with_columns(rid.str.strip_chars().str.strip_chars_end(".")).filter(
+        pl.col("timestamp").is_not_null() & rid.is_not_null() & (rid != "")
+    )
 
 
 def _fold_ids(
@@ -105,11 +105,13 @@ def _fold_ids(
     before = known_before if known_before is not None and known_before.height else None
     # An id known as it is keeps its spelling: among these, only an earlier batch's can be.
     spelt = ids.gather(unknown)
-    exact = _known_before(spelt, before)
     # The shortened spellings (the regex is what costs: only for the ids not known as they
     # are); the twice-shortened one only for the ids the first one does not fold.
     one = spelt.str.replace(r"-[^-]+$", "")
-    by_one = ~exact & (one.is_in(reference) | _known_before(one, before))
+    n = spelt.len()
+    earlier = _known_before(pl.concat([spelt, one]), before)  # one lookup for both
+    exact = earlier.head(n)
+    by_one = ~exact & (one.is_in(reference) | earlier.tail(n))
     folded = pl.select(pl.when(by_one).then(one).otherwise(spelt)).to_series()
     rest = (~exact & ~by_one).arg_true()
     if rest.len():
