@@ -239,7 +239,38 @@ def _chars(text: pl.Expr, offset: pl.Expr, ascii: bool) -> pl.Expr:
 
 def _header_columns(frame: pl.DataFrame, ascii: bool, locations: bool = True) -> pl.DataFrame:
     """Envelope of lines with exactly one vLLM header, plus `_msg_at` (message offset), and
-    with `locations` the logger's file and line."""
+    with `locations` the logger's file and line.
+
+    The envelope (the text up to the header's `] `) repeats on every line a logger prints
+    within one second, so it is taken apart once per distinct envelope. A header's only `]`
+    is its last but one byte, so when the text up to a line's first `] ` holds a header, it
+    is that line's first header and ends there: the same columns as the line's own. Lines
+    whose first `] ` ends no header (a `] ` in a prefix) are taken apart one by one.
+    """
+    if frame.height <= SMALL_FRAME:
+        return _header_rows(frame, ascii, locations)
+    raw = pl.col("raw")
+    end = _chars(raw, raw.str.find("] ", literal=True).cast(pl.Int64), ascii)
+    frame = frame.with_columns(raw.str.slice(0, end + 2).alias("_key"))
+    keys = frame.select(pl.col("_key").drop_nulls().unique().alias("raw"))
+    built = _header_rows(keys, _ascii(keys), locations).filter(
+        pl.col("_msg_at") == pl.col("raw").str.len_chars().cast(pl.Int64) - 1
+    )
+    joined = frame.join(
+        built.rename({"raw": "_key"}), on="_key", how="left", maintain_order="left"
+    ).drop("_key")
+    missed = joined["_msg_at"].is_null()
+    if not missed.any():
+        return joined
+    index = missed.arg_true()
+    redone = _header_rows(frame.drop("_key").gather(index), ascii, locations)
+    return joined.with_columns(
+        joined[name].scatter(index, redone[name]) for name in built.columns if name != "raw"
+    )
+
+
+def _header_rows(frame: pl.DataFrame, ascii: bool, locations: bool) -> pl.DataFrame:
+    """`_header_columns` computed line by line."""
     raw = pl.col("raw")
     at = pl.col("_at")
     frame = frame.with_columns(
