@@ -7,7 +7,7 @@ e.g. `git show main:ingest/lifecycle.py > /tmp/base.py`) both run in the same pr
 interleaved, best of `--repeat`, and their ARRIVALS/JOINED rows must be equal. Timings on a
 shared machine are noisy: read the ratio. Nothing here is a test. Usage:
 
-    python bench/bench_join.py LOG [--baseline FILE] [--repeat 3]
+    python bench/bench_join.py LOG [--baseline FILE ...] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from preemptscope.ingest import lifecycle
 from preemptscope.ingest.logs import REDUCED, iter_parse_path
 
 
-def _load(path: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("baseline_lifecycle", path)
+def _load(path: str, number: int) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"baseline_lifecycle{number}", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"{path}: not a Python module")
     module = importlib.util.module_from_spec(spec)
@@ -60,7 +60,9 @@ def _canonical(frame: pl.DataFrame) -> pl.DataFrame:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log")
-    parser.add_argument("--baseline", help="another lifecycle.py to compare with")
+    parser.add_argument(
+        "--baseline", action="append", default=[], help="another lifecycle.py (repeatable)"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     chunks = [
@@ -73,9 +75,8 @@ def main() -> None:
     print(f"{args.log}: {size:.0f} MB, {len(chunks)} chunks, {rows:,} request rows")
     print(f"POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']}, cpus={os.cpu_count()}")
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    modules = {"current": lifecycle}
-    if args.baseline:
-        modules = {"baseline": _load(args.baseline), **modules}
+    modules = {f"baseline{i or ''}": _load(path, i) for i, path in enumerate(args.baseline)}
+    modules["current"] = lifecycle
     best = {name: float("inf") for name in modules}
     outputs: dict[str, tuple[pl.DataFrame, pl.DataFrame]] = {}
     for _ in range(args.repeat):
@@ -92,9 +93,13 @@ def main() -> None:
     if args.baseline:
         same = all(
             _canonical(a).equals(_canonical(b))
-            for a, b in zip(outputs["baseline"], outputs["current"], strict=True)
+            for name in modules
+            for a, b in zip(outputs["baseline"], outputs[name], strict=True)
         )
-        print(f"ratio current/baseline {best['current'] / best['baseline']:.2f}; same rows: {same}")
+        ratios = ", ".join(
+            f"{name}/baseline {best[name] / best['baseline']:.2f}" for name in list(modules)[1:]
+        )
+        print(f"{ratios}; same rows: {same}")
         if not same:
             raise SystemExit(1)
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

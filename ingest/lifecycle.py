@@ -50,6 +50,9 @@ __all__ = [
 _STARTS = ["received", "added"]
 _DONE = ["finished", "generated"]  # either ends a request (the first of them)
 _GROUP = ["deployment", "key", "session"]
+# What names a request and a session of it in the streaming join (see `_identified`).
+_REQUEST = ["deployment", "_id"]
+_SESSION = ["deployment", "_id", "session"]
 
 # A request with no line for this long (log time) is settled: its end, if any, came.
 HORIZON = timedelta(hours=1)
@@ -146,16 +149,19 @@ def _is_reference(received: bool) -> pl.Expr:
     return pl.col("event") == "received" if received else pl.col("event") != "added"
 
 
-def _numbered(events: pl.DataFrame) -> pl.DataFrame:
-    """Keyed events (_fold_ids) sorted by request, with `session` numbering its requests."""
-    events = events.sort(["deployment", "key", "timestamp", "line"])
+def _numbered(events: pl.DataFrame, key: str = "key") -> pl.DataFrame:
+    """Keyed events (_fold_ids) sorted by request, with `session` numbering its requests.
+
+    `key`: the column naming the request (`key`, or a number standing for it: `_identified`).
+    """
+    events = events.sort(["deployment", key, "timestamp", "line"])
     is_start = pl.col("event").is_in(_STARTS)
     # Sorted by request: the previous row is the same request's previous event unless the
     # (deployment, key) changes there. Comparing neighbours instead of two window functions
     # over every request is what makes this fast on busy logs.
     same_request = pl.col("deployment").eq_missing(pl.col("deployment").shift(1)) & pl.col(
-        "key"
-    ).eq_missing(pl.col("key").shift(1))
+        key
+    ).eq_missing(pl.col(key).shift(1))
     previous_is_start = pl.col("event").shift(1).is_in(_STARTS).fill_null(False) & same_request
     opens = is_start & ~previous_is_start.fill_null(False)
     # A running count of opens numbers the sessions; it only needs to tell the sessions of one
@@ -163,7 +169,7 @@ def _numbered(events: pl.DataFrame) -> pl.DataFrame:
     return events.with_columns(session=opens.cast(pl.Int64).cum_sum())
 
 
-def _sessions(events: pl.DataFrame) -> pl.DataFrame:
+def _sessions(events: pl.DataFrame, key: str = "key") -> pl.DataFrame:
     """Per request (deployment, key, session) of _numbered events: first start, ends, last.
 
     `later` says another request with the same key opens after this one in `events` (so this
@@ -175,7 +181,7 @@ def _sessions(events: pl.DataFrame) -> pl.DataFrame:
         return pl.col("timestamp").filter(pl.col("event").is_in(kinds)).min()
 
     # The first start line in time order (rows are sorted by time within a request).
-    sessions = events.group_by(_GROUP).agg(
+    sessions = events.group_by(["deployment", key, "session"]).agg(
         start=first_time(_STARTS),
         source=pl.col("source").filter(is_start).first(),
         line=pl.col("line").filter(is_start).first(),
@@ -185,13 +191,14 @@ def _sessions(events: pl.DataFrame) -> pl.DataFrame:
         stopped=first_time(["aborted", "failed"]),
         last=pl.col("timestamp").max(),
     )
-    later = pl.col("session").max().over(["deployment", "key"]) > pl.col("session")
+    later = pl.col("session").max().over(["deployment", key]) > pl.col("session")
     return sessions.with_columns(later=later)
 
 
 def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Sessions of the ids that are one request (every start before every other line), without
-    sorting the events, and the (deployment, key) of the others, for `_numbered`.
+    sorting the events, and the (deployment, _id) of the others, for `_numbered`: events are
+    `_identified`.
 
     Most ids are one request: this is the fast path of the streaming join.
     """
@@ -211,7 +218,7 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     # A join reads one deployment (then the key alone names a request), mostly one file of
     # one process: a column that holds one value is not gathered group by group.
     single = {name: _single(events[name]) for name in ("deployment", "source", "pid")}
-    by = ["key"] if single["deployment"] else ["deployment", "key"]
+    by = ["_id"] if single["deployment"] else ["deployment", "_id"]
     taken = {name: pl.col(name).get(first) for name in ("source", "pid") if not single[name]}
     if span is None:
         taken |= {"start": when(is_start).min(), "line": pl.col("line").get(first)}
@@ -252,8 +259,19 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     simple = groups.filter(~tangled.fill_null(False)).with_columns(
         session=pl.lit(0, pl.Int64), later=pl.lit(False)
     )
-    others = groups.filter(tangled.fill_null(False)).select("deployment", "key")
+    others = groups.filter(tangled.fill_null(False)).select(_REQUEST)
     return simple.drop("_last_start", "_first_other", "_first_start", strict=False), others
+
+
+def _identified(events: pl.DataFrame) -> pl.DataFrame:
+    """Keyed events with `_id`, a number that names their key: grouping by it costs half what
+    grouping by the string does. It is the key's hash when no two keys of `events` share one
+    (checked: a collision can never merge two requests), else the key's rank."""
+    keys = events["key"]
+    hashes = keys.hash()
+    if hashes.n_unique() != keys.n_unique():
+        hashes = keys.rank("dense").cast(pl.UInt64)
+    return events.with_columns(_id=hashes)
 
 
 def _single(column: pl.Series) -> bool:
@@ -455,13 +473,14 @@ class RequestJoin:
         return old.slice(drop)
 
     def _settle(self, events: pl.DataFrame, newest: object) -> tuple[pl.DataFrame, pl.DataFrame]:
+        events = _identified(events)
         simple, tangled = _quick_sessions(events)
         # Most batches have no reused id and few open requests: the slow path and each join
         # below are skipped when there is nothing for them.
-        numbered = _numbered(_semi(events, tangled, ["deployment", "key"]))
+        numbered = _numbered(_semi(events, tangled, _REQUEST), "_id")
         sessions = simple.with_columns(_simple=pl.lit(True))
         if numbered.height:
-            sessions = pl.concat([sessions, _sessions(numbered)], how="diagonal_relaxed")
+            sessions = pl.concat([sessions, _sessions(numbered, "_id")], how="diagonal_relaxed")
         if newest is None:
             done = pl.lit(True)
         else:
@@ -473,8 +492,8 @@ class RequestJoin:
             # The oldest open requests settle first: memory stays bounded on starts-only logs.
             oldest = still.sort("last").head(still.height - self._max_open)
             self.evicted += oldest.height
-            marks = oldest.select(*_GROUP, _evict=pl.lit(True))
-            sessions = sessions.join(marks, on=_GROUP, how="left").with_columns(
+            marks = oldest.select(*_SESSION, _evict=pl.lit(True))
+            sessions = sessions.join(marks, on=_SESSION, how="left").with_columns(
                 _done=pl.col("_done") | pl.col("_evict").fill_null(False)
             )
             still = sessions.filter(~pl.col("_done"))
@@ -485,10 +504,10 @@ class RequestJoin:
         keep = [*_EVENT_COLUMNS, "key"]
         # The open requests' events stay: those of the one-request ids by id (their sessions
         # and the others' are apart), those of the others by session.
-        open_simple = still.filter(pl.col("_simple").fill_null(False)).select("deployment", "key")
-        parts = [_semi(events, open_simple, ["deployment", "key"]).select(keep)]
+        open_simple = still.filter(pl.col("_simple").fill_null(False)).select(_REQUEST)
+        parts = [_semi(events, open_simple, _REQUEST).select(keep)]
         if numbered.height:
-            parts.append(_semi(numbered, still.select(*_GROUP), _GROUP).select(keep))
+            parts.append(_semi(numbered, still.select(_SESSION), _SESSION).select(keep))
         self._open = pl.concat(parts)
         return arrivals, joined
 
@@ -497,15 +516,15 @@ def _semi(frame: pl.DataFrame, keys: pl.DataFrame, on: list[str]) -> pl.DataFram
     """The rows of `frame` whose `on` columns are a row of `keys`."""
     if keys.height == 0 or frame.height == 0:
         return frame.clear()
-    if on == ["deployment", "key"] and _single(keys["deployment"]):
-        # One deployment (a join's): a lookup of the keys, cheaper than a join.
+    if on == _REQUEST and _single(keys["deployment"]):
+        # One deployment (a join's): a lookup of the ids, cheaper than a join.
         deployment = keys["deployment"][0]
         same = (
             pl.col("deployment").is_null()
             if deployment is None
             else pl.col("deployment") == deployment
         )
-        return frame.filter(same & pl.col("key").is_in(keys["key"].implode()))
+        return frame.filter(same & pl.col("_id").is_in(keys["_id"].implode()))
     return frame.join(keys, on=on, how="semi")
 
 
