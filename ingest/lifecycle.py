@@ -461,9 +461,8 @@ class RequestJoin:
     def _remember(self, fresh: pl.DataFrame, newest: object) -> pl.DataFrame:
         """Add the batch's reference ids to the recent ones; the recent ones of earlier
         batches (the batch's own are looked up as they are)."""
-        seen = fresh.filter(_is_reference(self._received)).select(
-            "request_id", "timestamp", _h=pl.col("request_id").hash()
-        )
+        seen = fresh.filter(_is_reference(self._received)).select("request_id", "timestamp")
+        seen = seen.with_columns(_h=seen["request_id"].hash())
         cutoff = newest - self._horizon  # type: ignore[operator]
         old = self._recent.filter(pl.col("timestamp") >= cutoff)
         seen = seen.filter(pl.col("timestamp") >= cutoff)

@@ -10,6 +10,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from preemptscope.ingest.lifecycle import RequestJoin, latencies_from_requests
@@ -307,3 +308,32 @@ def test_streaming_join_on_spans_beyond_64_bits(rows: list[Row]) -> None:
     got = joined.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
     want = whole.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
     assert got.equals(want)
+
+
+def _constant_hash(self: pl.Series, *args: object, **kwargs: object) -> pl.Series:
+    return pl.Series(self.name, [7] * self.len(), dtype=pl.UInt64)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(logged_stories(), st.lists(st.integers(min_value=0, max_value=64), max_size=6))
+def test_streaming_join_is_exact_when_every_id_shares_one_hash(
+    rows: list[Row], cuts: list[int]
+) -> None:
+    # The join looks ids up and groups requests by hash: a collision must never fold an id
+    # onto another or merge two requests. With one hash for every string, the results are
+    # those of the one-go join.
+    requests = (
+        _frame(rows)
+        .with_columns(deployment=pl.lit("a"))
+        .sort("timestamp", "line", nulls_last=True, maintain_order=True)
+        .with_columns(line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64))
+    )
+    whole = latencies_from_requests(requests)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pl.Series, "hash", _constant_hash)
+        arrivals, joined = _streamed(requests, cuts)
+    got = joined.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
+    want = whole.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
+    assert got.equals(want)
+    plain = _streamed(requests, cuts)[0]
+    assert sorted(arrivals["timestamp"].to_list()) == sorted(plain["timestamp"].to_list())
