@@ -88,13 +88,18 @@ def _events(requests: pl.DataFrame) -> pl.DataFrame:
 
 
 def _fold_ids(
-    events: pl.DataFrame, received: bool | None = None, known_before: pl.DataFrame | None = None
+    events: pl.DataFrame,
+    received: bool | None = None,
+    known_before: pl.DataFrame | None = None,
+    hashes: pl.Series | None = None,
 ) -> pl.DataFrame:
     """Add `key`: the id as the frontend logged it (see module doc).
 
     `received`: whether the stream has `Received` lines at all (default: whether `events` has);
     `known_before`: ids of earlier batches that count as known, with their `_h` hashes
-    (RequestJoin's recent ids).
+    (RequestJoin's recent ids); `hashes`: the ids' hashes, when no two ids of `events` share
+    one (RequestJoin checks): ids are then matched by them, and `_id` (see `_identified`) is
+    added when every key is one of the ids.
     """
     has_received = bool((events["event"] == "received").any()) if received is None else received
     ids = events["request_id"]
@@ -103,8 +108,14 @@ def _fold_ids(
     # Reference ids are known by definition: only the others are looked up, first among
     # this batch's own (a small set: most lines name a request received in the same batch).
     others = (~is_reference).arg_true()
-    unknown = others.filter(~ids.gather(others).is_in(reference))
+    if hashes is None:
+        unknown = others.filter(~ids.gather(others).is_in(reference))
+    else:
+        own = hashes.filter(is_reference).implode()
+        unknown = others.filter(~hashes.gather(others).is_in(own))
     if unknown.len() == 0:
+        if hashes is not None:
+            return events.with_columns(ids.alias("key"), hashes.alias("_id"))
         return events.with_columns(ids.alias("key"))
     before = known_before if known_before is not None and known_before.height else None
     # An id known as it is keeps its spelling: among these, only an earlier batch's can be.
@@ -117,12 +128,19 @@ def _fold_ids(
     exact = earlier.head(n)
     by_one = ~exact & (one.is_in(reference) | earlier.tail(n))
     folded = one.zip_with(by_one, spelt)
+    # Whether a key may be none of the ids (an earlier batch's spelling).
+    outside = bool(earlier.tail(n).any())
     rest = (~exact & ~by_one).arg_true()
     if rest.len():
         two = one.gather(rest).str.replace(r"-[^-]+$", "")
-        by_two = two.is_in(reference) | _known_before(two, before)
+        before_two = _known_before(two, before)
+        outside = outside or bool(before_two.any())
+        by_two = two.is_in(reference) | before_two
         folded = folded.scatter(rest.filter(by_two), two.filter(by_two))
-    return events.with_columns(ids.scatter(unknown, folded).alias("key"))
+    keys = ids.scatter(unknown, folded).alias("key")
+    if hashes is None or outside:
+        return events.with_columns(keys)
+    return events.with_columns(keys, hashes.scatter(unknown, folded.hash()).alias("_id"))
 
 
 def _known_before(spellings: pl.Series, known: pl.DataFrame | None) -> pl.Series:
@@ -460,7 +478,16 @@ class RequestJoin:
         newest = fresh["timestamp"].max()
         self._received = self._received or bool((fresh["event"] == "received").any())
         earlier = self._remember(fresh, newest)
-        keyed = _fold_ids(fresh, self._received, earlier)
+        # The batch's ids and the open requests' keys by hash when no two of them share one
+        # (checked): then the lookups and the grouping compare numbers, not strings.
+        hashes = fresh["request_id"].hash()
+        open_keys = self._open["key"]
+        open_ids = open_keys.hash().alias("_id")
+        names = pl.concat([fresh["request_id"], open_keys])
+        exact = pl.concat([hashes, open_ids]).n_unique() == names.n_unique()
+        keyed = _fold_ids(fresh, self._received, earlier, hashes if exact else None)
+        if "_id" in keyed.columns:
+            return self._settle(pl.concat([self._open.hstack([open_ids]), keyed]), newest)
         return self._settle(pl.concat([self._open, keyed]), newest)
 
     def close(self) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -484,11 +511,14 @@ class RequestJoin:
         return old.slice(drop)
 
     def _settle(self, events: pl.DataFrame, newest: object) -> tuple[pl.DataFrame, pl.DataFrame]:
-        events = _identified(events)
+        if "_id" not in events.columns:
+            events = _identified(events)
         simple, tangled = _quick_sessions(events)
         # Most batches have no reused id and few open requests: the slow path and each join
         # below are skipped when there is nothing for them.
-        numbered = _numbered(_semi(events, tangled, _REQUEST), "_id")
+        numbered = _semi(events, tangled, _REQUEST)
+        if numbered.height:
+            numbered = _numbered(numbered, "_id")
         sessions = simple
         if numbered.height:
             sessions = pl.concat([sessions, _sessions(numbered, "_id")], how="diagonal_relaxed")
