@@ -387,8 +387,9 @@ def build_replay(
         except ConfigError as exc:
             assumptions.append(f"no workload to replay: {exc}")
         else:
-            workload = workload_from_observed(load, seed=seed)
-            if len(workload) > MAX_REPLAY_REQUESTS:
+            workload = workload_from_observed(load, seed=seed, last=MAX_REPLAY_REQUESTS)
+            # (Of logged arrivals, only the last ones were drawn: their count tells.)
+            if max(len(load.arrivals), len(workload)) > MAX_REPLAY_REQUESTS:
                 # A long log's load is replayed over its latest stretch: the cost of the
                 # advice check stays bounded whatever the size of the log.
                 workload = _latest(workload, MAX_REPLAY_REQUESTS)

@@ -240,7 +240,8 @@ def observed_load(
     frame = stats.filter(pl.col("timestamp").is_not_null()).sort("timestamp")
     if frame.height < 2:
         raise ConfigError("the log needs at least two timestamped stats records for a what-if")
-    ts = frame["timestamp"].dt.epoch("us").cast(pl.Float64) / 1e6
+    ts_us = frame["timestamp"].dt.epoch("us")
+    ts = ts_us.cast(pl.Float64) / 1e6
     times = ts.to_numpy()
     gaps = np.diff(times)
     duration = float(times[-1] - times[0])
@@ -248,8 +249,19 @@ def observed_load(
     gen_tokens = float((frame["generation_throughput"].fill_null(0).to_numpy()[1:] * gaps).sum())
     arrival_times = np.empty(0, dtype=np.float64)
     if arrivals is not None and arrivals.len():
-        arr = arrivals.drop_nulls().dt.epoch("us").cast(pl.Float64).to_numpy() / 1e6
-        arrival_times = np.sort(arr[(arr >= times[0]) & (arr <= times[-1])]) - times[0]
+        # Compared in microseconds: the seconds of the stats times (Polars multiplies by
+        # 1e-6) and of the arrivals (numpy divides) could differ in the last bit, which kept
+        # or dropped an arrival logged in the second of the first or last stats line.
+        micros = arrivals.drop_nulls().dt.epoch("us")
+        first_us, last_us = ts_us[0], ts_us[-1]
+        if micros.is_sorted():
+            # Sorted (log_arrivals' are): the stats' span is one slice, not a filtered copy.
+            low = int(micros.search_sorted(first_us, side="left"))
+            high = int(micros.search_sorted(last_us, side="right"))
+            inside = micros.slice(low, high - low)
+        else:
+            inside = micros.filter((micros >= first_us) & (micros <= last_us)).sort()
+        arrival_times = inside.cast(pl.Float64).to_numpy() / 1e6 - times[0]
     if len(arrival_times):
         count = float(len(arrival_times))
         basis = f"{len(arrival_times)} request lines; token totals from stats throughputs"
@@ -273,18 +285,24 @@ def observed_load(
     )
 
 
-def workload_from_observed(load: ObservedLoad, *, seed: int = 0, cv: float = 0.6) -> Workload:
-    """A replayable workload matching an observed load (lognormal lengths around the means)."""
+def workload_from_observed(
+    load: ObservedLoad, *, seed: int = 0, cv: float = 0.6, last: int | None = None
+) -> Workload:
+    """A replayable workload matching an observed load (lognormal lengths around the means).
+
+    `last`: of the logged arrivals, only the last `last` requests, with the lengths they have
+    in the whole workload (the caller replays a long log's tail)."""
     prompt = LengthDist("lognormal", load.mean_prompt_tokens, cv, 1, 1_000_000)
     output = LengthDist("lognormal", load.mean_output_tokens, cv, 1, 1_000_000)
     if len(load.arrivals):
         rng = np.random.default_rng(seed)
         n = len(load.arrivals)
+        keep = n if last is None else min(n, last)
         return Workload(
-            arrival=np.asarray(load.arrivals, dtype=np.float64),
-            prompt_len=prompt.sample(rng, n),
-            output_len=output.sample(rng, n),
-            priority=np.zeros(n, dtype=np.int64),
+            arrival=np.asarray(load.arrivals[n - keep :], dtype=np.float64),
+            prompt_len=prompt.sample(rng, n, last=keep),
+            output_len=output.sample(rng, n, last=keep),
+            priority=np.zeros(keep, dtype=np.int64),
             description={"kind": "observed", "basis": load.basis, "requests": n, "seed": seed},
         )
     wl = synthetic(

@@ -16,6 +16,7 @@ from preemptscope.errors import ConfigError
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+_SAMPLE_BLOCK = 1 << 16  # lengths drawn at once by LengthDist.sample(last=...)
 
 
 @dataclass(frozen=True)
@@ -28,17 +29,30 @@ class LengthDist:
     low: int = 1
     high: int = 1_000_000
 
-    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
-        if self.kind == "fixed":
-            values = np.full(n, self.mean)
-        elif self.kind == "uniform":
-            values = rng.integers(self.low, self.high + 1, size=n).astype(np.float64)
+    def sample(self, rng: np.random.Generator, n: int, last: int | None = None) -> IntArray:
+        """`n` lengths; with `last`, only the last `last` of them: the same values (numpy's
+        draws do not depend on how they are split into calls), drawn in blocks so that the
+        `n` (millions, for a long log replayed over its tail) are never held at once."""
+        if last is None or last >= n:
+            values = self._draw(rng, n)
         else:
-            sigma2 = np.log1p(self.cv**2)
-            mu = np.log(self.mean) - sigma2 / 2
-            values = rng.lognormal(mu, np.sqrt(sigma2), size=n)
+            values, left = np.empty(0), n
+            while left:
+                size = min(_SAMPLE_BLOCK, left)
+                values = np.concatenate([values, self._draw(rng, size)])[-last:]
+                left -= size
         out: IntArray = np.clip(np.rint(values), self.low, self.high).astype(np.int64)
         return out
+
+    def _draw(self, rng: np.random.Generator, n: int) -> FloatArray:
+        if self.kind == "fixed":
+            return np.full(n, self.mean, dtype=np.float64)
+        if self.kind == "uniform":
+            return rng.integers(self.low, self.high + 1, size=n).astype(np.float64)
+        sigma2 = np.log1p(self.cv**2)
+        mu = np.log(self.mean) - sigma2 / 2
+        drawn: FloatArray = rng.lognormal(mu, np.sqrt(sigma2), size=n)
+        return drawn
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,10 @@ import math
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from preemptscope.analysis.latency import (
+    _placed_windows_stats,
     bucket_quantile,
     counter_increase,
     counter_increases,
@@ -17,6 +20,7 @@ from preemptscope.analysis.latency import (
     histogram_windows_stats,
     info_labels,
     samples_window_stats,
+    samples_windows_stats,
 )
 from preemptscope.ingest.schema import REQUEST_LATENCIES
 
@@ -434,3 +438,38 @@ def test_histogram_counts_per_bucket_for_request_num_preemptions() -> None:
     assert during == [(1.0, 60.0), (2.0, 15.0), (5.0, 11.0), (INF, 4.0)]
     # requests preempted twice or more in the window: 30 of 90
     assert sum(count for le, count in during if le > 1) == 30
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 60),  # start, seconds: often on a window's edge
+            st.one_of(st.none(), st.floats(0, 50), st.just(float("nan"))),
+            st.one_of(st.none(), st.booleans()),
+        ),
+        max_size=60,
+    ),
+    st.lists(st.tuples(st.integers(0, 8), st.integers(1, 20)), min_size=1, max_size=6),
+)
+def test_sorted_samples_take_the_same_rows_as_placed_ones(
+    rows: list[tuple[int, float | None, bool | None]], gaps: list[tuple[int, int]]
+) -> None:
+    # Sorted rows (log latencies) are sliced per window; any order is placed row by row.
+    rows = sorted(rows, key=lambda row: row[0])
+    frame = pl.DataFrame(
+        {
+            "start": [at(s) for s, _, _ in rows],
+            "e2e": [v for _, v, _ in rows],
+            "success": [ok for _, _, ok in rows],
+        },
+        schema={"start": REQUEST_LATENCIES["start"], "e2e": pl.Float64, "success": pl.Boolean},
+    )
+    windows, edge = [], 0
+    for gap, width in gaps:
+        windows.append((at(edge + gap), at(edge + gap + width)))
+        edge += gap + width
+    assert frame["start"].is_sorted()
+    assert samples_windows_stats(frame, "e2e", windows) == _placed_windows_stats(
+        frame, "e2e", windows
+    )
