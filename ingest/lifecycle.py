@@ -26,7 +26,10 @@ when nothing of it was logged for `HORIZON` of log time, and keeps at most `MAX_
 requests (the oldest settle first). It gives two compact frames, one row a request, when it
 settles: JOINED (start and e2e) when both ends are known, else ARRIVALS (its start). The
 difference from one go: an end logged more than an hour after the request's previous line is
-not joined to it.
+not joined to it. What keeps it cheap: ids are looked up and requests grouped by hash (never
+trusted alone: checked one-to-one over a batch's ids, or against the strings of the recent
+ids a hash matches), and a batch's requests that are one request each (the usual case) are
+summed up without sorting.
 """
 
 from __future__ import annotations
