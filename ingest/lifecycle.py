@@ -86,7 +86,9 @@ def _events(requests: pl.DataFrame) -> pl.DataFrame:
         )
         rows = pl.concat([rows.filter(~listed), lists])
     # One filter, after the ids are cleaned (a row without a time or an id has none either).
-    rid = rows["request_id"].str.strip_chars().str.strip_chars_end(".")
+    rid = rows["request_id"].str.strip_chars()
+    if rid.str.ends_with(".").any():  # rarely: the extraction strips the sentence's dot
+        rid = rid.str.strip_chars_end(".")
     keep = rows["timestamp"].is_not_null() & rid.is_not_null() & (rid != "")
     return rows.with_columns(rid).filter(keep)
 
