@@ -484,10 +484,10 @@ class RequestJoin:
             return _empty_out()
         newest = fresh["timestamp"].max()
         self._received = self._received or bool((fresh["event"] == "received").any())
-        earlier = self._remember(fresh, newest)
         # The batch's ids and the open requests' keys by hash when no two of them share one
         # (checked): then the lookups and the grouping compare numbers, not strings.
         hashes = fresh["request_id"].hash()
+        earlier = self._remember(fresh, hashes, newest)
         open_keys = self._open["key"]
         open_ids = open_keys.hash().alias("_id")
         names = pl.concat([fresh["request_id"], open_keys])
@@ -504,11 +504,11 @@ class RequestJoin:
         events, self._open = self._open, self._open.clear()
         return self._settle(events, None)
 
-    def _remember(self, fresh: pl.DataFrame, newest: object) -> pl.DataFrame:
-        """Add the batch's reference ids to the recent ones; the recent ones of earlier
-        batches (the batch's own are looked up as they are)."""
-        seen = fresh.filter(_is_reference(fresh, self._received))["request_id", "timestamp"]
-        seen = seen.hstack([seen["request_id"].hash().alias("_h")])
+    def _remember(self, fresh: pl.DataFrame, hashes: pl.Series, newest: object) -> pl.DataFrame:
+        """Add the batch's reference ids (`hashes`: of its ids) to the recent ones; the recent
+        ones of earlier batches (the batch's own are looked up as they are)."""
+        seen = fresh["request_id", "timestamp"].hstack([hashes.alias("_h")])
+        seen = seen.filter(_is_reference(fresh, self._received))
         cutoff = newest - self._horizon  # type: ignore[operator]
         old = self._recent.filter(self._recent["timestamp"] >= cutoff)
         seen = seen.filter(seen["timestamp"] >= cutoff)
