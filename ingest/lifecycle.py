@@ -26,7 +26,10 @@ when nothing of it was logged for `HORIZON` of log time, and keeps at most `MAX_
 requests (the oldest settle first). It gives two compact frames, one row a request, when it
 settles: JOINED (start and e2e) when both ends are known, else ARRIVALS (its start). The
 difference from one go: an end logged more than an hour after the request's previous line is
-not joined to it.
+not joined to it. What keeps it cheap: ids are looked up and requests grouped by hash (never
+trusted alone: checked one-to-one over a batch's ids, or against the strings of the recent
+ids a hash matches), and a batch's requests that are one request each (the usual case) are
+summed up without sorting.
 """
 
 from __future__ import annotations
@@ -48,7 +51,11 @@ __all__ = [
 ]
 
 _STARTS = ["received", "added"]
+_DONE = ["finished", "generated"]  # either ends a request (the first of them)
 _GROUP = ["deployment", "key", "session"]
+# What names a request and a session of it in the streaming join (see `_identified`).
+_REQUEST = ["deployment", "_id"]
+_SESSION = ["deployment", "_id", "session"]
 
 # A request with no line for this long (log time) is settled: its end, if any, came.
 HORIZON = timedelta(hours=1)
@@ -60,13 +67,15 @@ MAX_OPEN = 100_000
 ARRIVALS = pl.Schema({"source": pl.String(), **schema.ARRIVALS})
 JOINED = pl.Schema({"source": pl.String(), **schema.JOINED})
 _EVENT_COLUMNS = ["source", "line", "pid", "deployment", "timestamp", "event", "request_id"]
+_RECENT = pl.Schema({"request_id": pl.String(), "timestamp": TIMESTAMP, "_h": pl.UInt64()})
 
 
 def _events(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per (event, id): `Aborted request(s) a,b.` stands for each id."""
-    rows = requests.filter(
-        pl.col("timestamp").is_not_null() & pl.col("request_id").is_not_null()
-    ).select(_EVENT_COLUMNS)
+    # Series operations and masks throughout the join's hot path: on a batch's 60,000 rows an
+    # eager expression (Polars' in-memory engine) costs about 1 ms, the Series operation a
+    # tenth of that.
+    rows = requests[_EVENT_COLUMNS]
     listed = rows["request_id"].str.contains(",", literal=True)
     if listed.any():
         # Only the rows that list ids are split (exploding every row copies every row).
@@ -76,60 +85,109 @@ def _events(requests: pl.DataFrame) -> pl.DataFrame:
             .explode("request_id")
         )
         rows = pl.concat([rows.filter(~listed), lists])
-    return rows.with_columns(
-        pl.col("request_id").str.strip_chars().str.strip_chars_end(".")
-    ).filter(pl.col("request_id") != "")
+    # One filter, after the ids are cleaned (a row without a time or an id has none either).
+    rid = rows["request_id"].str.strip_chars()
+    if rid.str.ends_with(".").any():  # rarely: the extraction strips the sentence's dot
+        rid = rid.str.strip_chars_end(".")
+    keep = rows["timestamp"].is_not_null() & rid.is_not_null() & (rid != "")
+    return rows.with_columns(rid).filter(keep)
 
 
 def _fold_ids(
-    events: pl.DataFrame, received: bool | None = None, known_before: pl.Series | None = None
+    events: pl.DataFrame,
+    received: bool | None = None,
+    known_before: pl.DataFrame | None = None,
+    hashes: pl.Series | None = None,
 ) -> pl.DataFrame:
     """Add `key`: the id as the frontend logged it (see module doc).
 
     `received`: whether the stream has `Received` lines at all (default: whether `events` has);
-    `known_before`: ids of earlier batches that count as known (RequestJoin).
+    `known_before`: ids of earlier batches that count as known, with their `_h` hashes
+    (RequestJoin's recent ids); `hashes`: the ids' hashes, when no two ids of `events` share
+    one (RequestJoin checks): ids are then matched by them, and `_id` (see `_identified`) is
+    added when every key is one of the ids.
     """
     has_received = bool((events["event"] == "received").any()) if received is None else received
     ids = events["request_id"]
-    is_reference = events.select(_is_reference(has_received)).to_series()
-    reference = ids.filter(is_reference)
-    if known_before is not None and known_before.len():
-        reference = pl.concat([reference, known_before])
-    known = reference.implode()
-    # Reference ids are known by definition: only the others are looked up.
+    is_reference = _is_reference(events, has_received)
+    reference = ids.filter(is_reference).implode()
+    # Reference ids are known by definition: only the others are looked up, first among
+    # this batch's own (a small set: most lines name a request received in the same batch).
     others = (~is_reference).arg_true()
-    unknown = others.filter(~ids.gather(others).is_in(known))
+    if hashes is None:
+        unknown = others.filter(~ids.gather(others).is_in(reference))
+    else:
+        own = hashes.filter(is_reference).implode()
+        unknown = others.filter(~hashes.gather(others).is_in(own))
     if unknown.len() == 0:
-        return events.with_columns(key=ids)
-    # The shortened spellings only for the ids not known as they are (most are): the regex is
-    # what costs here, and a when/then would run it on every row. Both spellings are looked
-    # up in one pass (the lookup builds its set of known ids each time).
-    one = ids.gather(unknown).str.replace(r"-[^-]+$", "")
-    two = one.str.replace(r"-[^-]+$", "")
-    hits = pl.concat([one, two]).is_in(known)
-    n = unknown.len()
-    folded = pl.select(
-        pl.when(hits.head(n)).then(one).when(hits.tail(n)).then(two).otherwise(ids.gather(unknown))
-    ).to_series()
-    return events.with_columns(key=ids.scatter(unknown, folded))
+        if hashes is not None:
+            return events.with_columns(ids.alias("key"), hashes.alias("_id"))
+        return events.with_columns(ids.alias("key"))
+    before = known_before if known_before is not None and known_before.height else None
+    # An id known as it is keeps its spelling: among these, only an earlier batch's can be.
+    spelt = ids.gather(unknown)
+    # The shortened spellings (the regex is what costs: only for the ids not known as they
+    # are); the twice-shortened one only for the ids the first one does not fold.
+    one = spelt.str.replace(r"-[^-]+$", "")
+    n = spelt.len()
+    earlier = _known_before(pl.concat([spelt, one]), before)  # one lookup for both
+    exact = earlier.head(n)
+    by_one = ~exact & (one.is_in(reference) | earlier.tail(n))
+    folded = one.zip_with(by_one, spelt)
+    # Whether a key may be none of the ids (an earlier batch's spelling).
+    outside = bool(earlier.tail(n).any())
+    rest = (~exact & ~by_one).arg_true()
+    if rest.len():
+        two = one.gather(rest).str.replace(r"-[^-]+$", "")
+        before_two = _known_before(two, before)
+        outside = outside or bool(before_two.any())
+        by_two = two.is_in(reference) | before_two
+        folded = folded.scatter(rest.filter(by_two), two.filter(by_two))
+    keys = ids.scatter(unknown, folded).alias("key")
+    if hashes is None or outside:
+        return events.with_columns(keys)
+    return events.with_columns(keys, hashes.scatter(unknown, folded.hash()).alias("_id"))
 
 
-def _is_reference(received: bool) -> pl.Expr:
+def _known_before(spellings: pl.Series, known: pl.DataFrame | None) -> pl.Series:
+    """Whether each spelling is one of the `known` ids (a frame of request_id and its `_h`).
+
+    The lookup is by hash (a set of integers, cheap to build at every batch, where a set of
+    the strings costs 5x); a hash that matches is checked against the strings it stands for,
+    so ids that share a hash are never taken for one another.
+    """
+    if known is None:
+        return pl.repeat(False, spellings.len(), eager=True)
+    hashes = spellings.hash()
+    maybe = hashes.is_in(known["_h"].implode())
+    if not maybe.any():
+        return maybe
+    where = maybe.arg_true()
+    candidates = known["request_id"].filter(known["_h"].is_in(hashes.gather(where).implode()))
+    sure = spellings.gather(where).is_in(candidates.implode())
+    return maybe.scatter(where, sure)
+
+
+def _is_reference(events: pl.DataFrame, received: bool) -> pl.Series:
     """The lines whose id is the frontend's: `Received` lines, or when a stream has none, every
     line but `Added` (whose id may carry the engine's suffixes)."""
-    return pl.col("event") == "received" if received else pl.col("event") != "added"
+    event = events["event"]
+    return event == "received" if received else event != "added"
 
 
-def _numbered(events: pl.DataFrame) -> pl.DataFrame:
-    """Keyed events (_fold_ids) sorted by request, with `session` numbering its requests."""
-    events = events.sort(["deployment", "key", "timestamp", "line"])
+def _numbered(events: pl.DataFrame, key: str = "key") -> pl.DataFrame:
+    """Keyed events (_fold_ids) sorted by request, with `session` numbering its requests.
+
+    `key`: the column naming the request (`key`, or a number standing for it: `_identified`).
+    """
+    events = events.sort(["deployment", key, "timestamp", "line"])
     is_start = pl.col("event").is_in(_STARTS)
     # Sorted by request: the previous row is the same request's previous event unless the
     # (deployment, key) changes there. Comparing neighbours instead of two window functions
     # over every request is what makes this fast on busy logs.
     same_request = pl.col("deployment").eq_missing(pl.col("deployment").shift(1)) & pl.col(
-        "key"
-    ).eq_missing(pl.col("key").shift(1))
+        key
+    ).eq_missing(pl.col(key).shift(1))
     previous_is_start = pl.col("event").shift(1).is_in(_STARTS).fill_null(False) & same_request
     opens = is_start & ~previous_is_start.fill_null(False)
     # A running count of opens numbers the sessions; it only needs to tell the sessions of one
@@ -137,7 +195,7 @@ def _numbered(events: pl.DataFrame) -> pl.DataFrame:
     return events.with_columns(session=opens.cast(pl.Int64).cum_sum())
 
 
-def _sessions(events: pl.DataFrame) -> pl.DataFrame:
+def _sessions(events: pl.DataFrame, key: str = "key") -> pl.DataFrame:
     """Per request (deployment, key, session) of _numbered events: first start, ends, last.
 
     `later` says another request with the same key opens after this one in `events` (so this
@@ -149,24 +207,24 @@ def _sessions(events: pl.DataFrame) -> pl.DataFrame:
         return pl.col("timestamp").filter(pl.col("event").is_in(kinds)).min()
 
     # The first start line in time order (rows are sorted by time within a request).
-    sessions = events.group_by(_GROUP).agg(
+    sessions = events.group_by(["deployment", key, "session"]).agg(
         start=first_time(_STARTS),
         source=pl.col("source").filter(is_start).first(),
         line=pl.col("line").filter(is_start).first(),
         pid=pl.col("pid").filter(is_start).first(),
-        finished=first_time(["finished"]),
-        generated=first_time(["generated"]),
+        done=first_time(_DONE),
         delta=pl.col("timestamp").filter(pl.col("event") == "delta").max(),
         stopped=first_time(["aborted", "failed"]),
         last=pl.col("timestamp").max(),
     )
-    later = pl.col("session").max().over(["deployment", "key"]) > pl.col("session")
+    later = pl.col("session").max().over(["deployment", key]) > pl.col("session")
     return sessions.with_columns(later=later)
 
 
 def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Sessions of the ids that are one request (every start before every other line), without
-    sorting the events, and the (deployment, key) of the others, for `_numbered`.
+    sorting the events, and the (deployment, _id) of the others, for `_numbered`: events are
+    `_identified`.
 
     Most ids are one request: this is the fast path of the streaming join.
     """
@@ -178,50 +236,92 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     # Per-row columns first, plain aggregations after: filters inside an aggregation are
     # evaluated group by group, which is what costs on millions of requests.
-    events = events.with_columns(_rank=_rank(events))
-    rank = pl.col("_rank")
+    rank, span = _rank(events)
     first = pl.col("_sr").arg_min()  # the earliest start in (time, line) order
-    # A join reads one deployment: then the key alone names a request.
-    deployments = events["deployment"]
-    single = deployments.null_count() == 0 and bool((deployments == deployments[0]).all())
-    by = ["key"] if single else ["deployment", "key"]
+    # A join reads one deployment (then the key alone names a request), mostly one file of
+    # one process: a column that holds one value is not gathered group by group.
+    single = {name: _single(events[name]) for name in ("deployment", "source", "pid")}
+    by = ["_id"] if single["deployment"] else ["deployment", "_id"]
+    taken = {name: pl.col(name).get(first) for name in ("source", "pid") if not single[name]}
+    if span is None:
+        taken |= {"start": when(is_start).min(), "line": pl.col("line").get(first)}
+    else:
+        # The earliest start's (time, line) is its rank's.
+        taken["_first_start"] = pl.col("_sr").min()
+    constants = [
+        pl.lit(events[name][0], events.schema[name]).alias(name)
+        for name in ("deployment", "source", "pid")
+        if single[name] and name not in by
+    ]
+    if span is not None:
+        low, width = span
+        first_start = pl.col("_first_start")
+        constants += [
+            (first_start // width + low).cast(events.schema["timestamp"]).alias("start"),
+            (first_start % width).alias("line"),
+        ]
+    tangled = pl.col("start").is_not_null() & (pl.col("_last_start") >= pl.col("_first_other"))
+    # One query, run by the in-memory engine: for a group-by it costs less CPU than the
+    # streaming one (elementwise work is the other way round: Series operations, see _events).
     groups = (
-        events.with_columns(
-            _s=when(is_start),
-            _sr=pl.when(is_start).then(rank),
-            _or=pl.when(~is_start).then(rank),
-            _f=when(pl.col("event") == "finished"),
-            _g=when(pl.col("event") == "generated"),
+        events.hstack([rank.alias("_rank")])
+        .lazy()
+        .with_columns(
+            _sr=pl.when(is_start).then("_rank"),
+            _or=pl.when(~is_start).then("_rank"),
+            _done=when(pl.col("event").is_in(_DONE)),
             _d=when(pl.col("event") == "delta"),
             _x=when(pl.col("event").is_in(["aborted", "failed"])),
         )
         .group_by(by)
         .agg(
-            *([] if len(by) == 2 else [pl.col("deployment").first()]),
-            start=pl.col("_s").min(),
-            source=pl.col("source").get(first),
-            line=pl.col("line").get(first),
-            pid=pl.col("pid").get(first),
-            finished=pl.col("_f").min(),
-            generated=pl.col("_g").min(),
+            **taken,
+            done=pl.col("_done").min(),
             delta=pl.col("_d").max(),
             stopped=pl.col("_x").min(),
             last=ts.max(),
             _last_start=pl.col("_sr").max(),
             _first_other=pl.col("_or").min(),
         )
+        .with_columns(constants)
+        .with_columns(
+            _tangled=tangled.fill_null(False),
+            session=pl.lit(0, pl.Int64),
+            later=pl.lit(False),
+            _simple=pl.lit(True),
+        )
+        .collect(engine="in-memory")
     )
-    tangled = pl.col("start").is_not_null() & (pl.col("_last_start") >= pl.col("_first_other"))
-    simple = groups.filter(~tangled.fill_null(False)).with_columns(
-        session=pl.lit(0, pl.Int64), later=pl.lit(False)
+    mixed = groups["_tangled"]
+    simple = groups.filter(~mixed).drop(
+        "_tangled", "_last_start", "_first_other", "_first_start", strict=False
     )
-    others = groups.filter(tangled.fill_null(False)).select("deployment", "key")
-    return simple.drop("_last_start", "_first_other"), others
+    return simple, groups.filter(mixed)[_REQUEST]
 
 
-def _rank(events: pl.DataFrame) -> pl.Series:
+def _identified(events: pl.DataFrame) -> pl.DataFrame:
+    """Keyed events with `_id`, a number that names their key: grouping by it costs half what
+    grouping by the string does. It is the key's hash when no two keys of `events` share one
+    (checked: a collision can never merge two requests), else the key's rank."""
+    keys = events["key"]
+    hashes = keys.hash()
+    if hashes.n_unique() != keys.n_unique():
+        hashes = keys.rank("dense").cast(pl.UInt64)
+    return events.with_columns(hashes.alias("_id"))
+
+
+def _single(column: pl.Series) -> bool:
+    """Whether every value of a column is its first one (null included)."""
+    head = column[0]
+    if head is None:
+        return column.null_count() == column.len()
+    return column.null_count() == 0 and bool((column == head).all())
+
+
+def _rank(events: pl.DataFrame) -> tuple[pl.Series, tuple[int, int] | None]:
     """(time, line) as one number, the order `_numbered` sorts by: 64 bits when the batch's
-    span of times and lines fits (the usual case), else 128."""
+    span of times and lines fits (the usual case: then also `(low, width)`, rank being
+    `(micros - low) * width + line`), else 128."""
     micros = events["timestamp"].dt.epoch("us")
     lines = events["line"]
     low, high, bottom, top = micros.min(), micros.max(), lines.min(), lines.max()
@@ -233,15 +333,15 @@ def _rank(events: pl.DataFrame) -> pl.Series:
         and bottom >= 0
         and (high - low + 1) * (top + 1) < 1 << 62
     ):
-        return (micros - low) * (top + 1) + lines
+        return (micros - low) * (top + 1) + lines, (low, top + 1)
     wide = pl.col("timestamp").dt.epoch("us").cast(pl.Int128) * (1 << 40) + pl.col("line")
-    return events.select(wide).to_series()
+    return events.select(wide).to_series(), None  # rare: the Series ops refuse an Int128 scalar
 
 
-def _ends(sessions: pl.DataFrame) -> pl.DataFrame:
+def _ends(sessions: pl.LazyFrame) -> pl.LazyFrame:
     """Sessions with end, success and e2e (the rules of the module doc), and `_joinable`:
     both ends are known, the end not before the start."""
-    done = pl.min_horizontal("finished", "generated")
+    done = pl.col("done")
     end = pl.coalesce(done, "delta", "stopped")
     return sessions.with_columns(
         end=end, success=done.is_not_null() | pl.col("delta").is_not_null()
@@ -253,18 +353,19 @@ def _ends(sessions: pl.DataFrame) -> pl.DataFrame:
 
 def _joined(sessions: pl.DataFrame) -> pl.DataFrame:
     """Sessions with both ends: start, e2e and success."""
-    return _ends(sessions).filter(pl.col("_joinable"))
+    return _ends(sessions.lazy()).filter(pl.col("_joinable")).collect()
 
 
 def _split(sessions: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Settled sessions as (ARRIVALS, JOINED) rows: each request with a start is in one of
     them, JOINED when both ends are known (its start is its arrival), else ARRIVALS."""
-    ends = _ends(sessions)
+    ends = _ends(sessions.lazy())
     arrivals = ends.filter(pl.col("start").is_not_null() & ~pl.col("_joinable")).select(
         "source", "line", "pid", pl.col("start").alias("timestamp")
     )
     joined = ends.filter(pl.col("_joinable")).select(list(JOINED))
-    return arrivals.cast(ARRIVALS), joined.cast(JOINED)
+    out = pl.collect_all([arrivals.cast(ARRIVALS), joined.cast(JOINED)], engine="in-memory")
+    return out[0], out[1]
 
 
 def latencies_from_requests(requests: pl.DataFrame) -> pl.DataFrame:
@@ -360,7 +461,7 @@ class RequestJoin:
         self._open = pl.DataFrame(schema={**_event_schema(), "key": pl.String()})
         # Ids seen lately (the last HORIZON, at most MAX_OPEN): a suffixed spelling of an id
         # folds onto it even when its request settled in an earlier batch.
-        self._recent = pl.DataFrame(schema={"request_id": pl.String(), "timestamp": TIMESTAMP})
+        self._recent = pl.DataFrame(schema=_RECENT)
         self._received = False
         self.evicted = 0  # requests settled early because MAX_OPEN were open
         self._still = pl.DataFrame()  # the open requests' sessions (_sessions rows)
@@ -383,8 +484,17 @@ class RequestJoin:
             return _empty_out()
         newest = fresh["timestamp"].max()
         self._received = self._received or bool((fresh["event"] == "received").any())
-        self._remember(fresh, newest)
-        keyed = _fold_ids(fresh, self._received, self._recent["request_id"])
+        # The batch's ids and the open requests' keys by hash when no two of them share one
+        # (checked): then the lookups and the grouping compare numbers, not strings.
+        hashes = fresh["request_id"].hash()
+        earlier = self._remember(fresh, hashes, newest)
+        open_keys = self._open["key"]
+        open_ids = open_keys.hash().alias("_id")
+        names = pl.concat([fresh["request_id"], open_keys])
+        exact = pl.concat([hashes, open_ids]).n_unique() == names.n_unique()
+        keyed = _fold_ids(fresh, self._received, earlier, hashes if exact else None)
+        if "_id" in keyed.columns:
+            return self._settle(pl.concat([self._open.hstack([open_ids]), keyed]), newest)
         return self._settle(pl.concat([self._open, keyed]), newest)
 
     def close(self) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -394,53 +504,61 @@ class RequestJoin:
         events, self._open = self._open, self._open.clear()
         return self._settle(events, None)
 
-    def _remember(self, fresh: pl.DataFrame, newest: object) -> None:
-        seen = fresh.filter(_is_reference(self._received)).select("request_id", "timestamp")
+    def _remember(self, fresh: pl.DataFrame, hashes: pl.Series, newest: object) -> pl.DataFrame:
+        """Add the batch's reference ids (`hashes`: of its ids) to the recent ones; the recent
+        ones of earlier batches (the batch's own are looked up as they are)."""
+        seen = fresh["request_id", "timestamp"].hstack([hashes.alias("_h")])
+        seen = seen.filter(_is_reference(fresh, self._received))
         cutoff = newest - self._horizon  # type: ignore[operator]
-        self._recent = (
-            pl.concat([self._recent, seen])
-            .filter(pl.col("timestamp") >= cutoff)
-            .tail(self._max_open)
-        )
+        old = self._recent.filter(self._recent["timestamp"] >= cutoff)
+        seen = seen.filter(seen["timestamp"] >= cutoff)
+        # The last MAX_OPEN of them are kept: the oldest of the earlier ones go first.
+        drop = max(0, old.height + seen.height - self._max_open)
+        self._recent = pl.concat([old, seen]).tail(self._max_open)
+        return old.slice(drop)
 
     def _settle(self, events: pl.DataFrame, newest: object) -> tuple[pl.DataFrame, pl.DataFrame]:
+        if "_id" not in events.columns:
+            events = _identified(events)
         simple, tangled = _quick_sessions(events)
-        # Most batches have no reused id and few open requests: each join below is skipped
-        # when its right side is empty (a join probes every event whatever it holds).
-        numbered = _numbered(_semi(events, tangled, ["deployment", "key"]))
-        sessions = pl.concat([simple, _sessions(numbered)], how="diagonal_relaxed")
+        # Most batches have no reused id and few open requests: the slow path and each join
+        # below are skipped when there is nothing for them.
+        numbered = _semi(events, tangled, _REQUEST)
+        if numbered.height:
+            numbered = _numbered(numbered, "_id")
+        sessions = simple
+        if numbered.height:
+            sessions = pl.concat([sessions, _sessions(numbered, "_id")], how="diagonal_relaxed")
         if newest is None:
-            done = pl.lit(True)
+            done = pl.repeat(True, sessions.height, eager=True)
         else:
             cutoff = newest - self._horizon  # type: ignore[operator]
-            ended = pl.col("finished").is_not_null() | pl.col("generated").is_not_null()
-            done = ended | pl.col("later") | (pl.col("last") < cutoff)
-        sessions = sessions.with_columns(_done=done)
-        still = sessions.filter(~pl.col("_done"))
+            done = (
+                sessions["done"].is_not_null()
+                | sessions["later"].fill_null(False)
+                | (sessions["last"] < cutoff).fill_null(False)
+            )
+        still = sessions.filter(~done)
         if still.height > self._max_open:
             # The oldest open requests settle first: memory stays bounded on starts-only logs.
             oldest = still.sort("last").head(still.height - self._max_open)
             self.evicted += oldest.height
-            marks = oldest.select(*_GROUP, _evict=pl.lit(True))
-            sessions = sessions.join(marks, on=_GROUP, how="left").with_columns(
-                _done=pl.col("_done") | pl.col("_evict").fill_null(False)
-            )
-            still = sessions.filter(~pl.col("_done"))
+            marks = oldest.select(*_SESSION, _evict=pl.lit(True))
+            evict = sessions.join(marks, on=_SESSION, how="left", maintain_order="left")
+            done = done | evict["_evict"].fill_null(False)
+            still = sessions.filter(~done)
         # A request is emitted once, when it settles: in JOINED with both ends, else in
         # ARRIVALS (keeping one row a request, not two).
-        arrivals, joined = _split(sessions.filter(pl.col("_done")))
+        arrivals, joined = _split(sessions.filter(done))
         self._still = still
         keep = [*_EVENT_COLUMNS, "key"]
-        open_simple = still.filter(pl.col("session") == 0).select("deployment", "key")
-        open_events = _semi(events, open_simple, ["deployment", "key"])
-        if tangled.height and open_events.height:
-            open_events = open_events.join(tangled, on=["deployment", "key"], how="anti")
-        self._open = pl.concat(
-            [
-                open_events.select(keep),
-                _semi(numbered, still.select(*_GROUP), _GROUP).select(keep),
-            ]
-        )
+        # The open requests' events stay: those of the one-request ids by id (their sessions
+        # and the others' are apart), those of the others by session.
+        open_simple = still.filter(still["_simple"].fill_null(False))[_REQUEST]
+        parts = [_semi(events, open_simple, _REQUEST)[keep]]
+        if numbered.height:
+            parts.append(_semi(numbered, still[_SESSION], _SESSION)[keep])
+        self._open = pl.concat(parts)
         return arrivals, joined
 
 
@@ -448,6 +566,12 @@ def _semi(frame: pl.DataFrame, keys: pl.DataFrame, on: list[str]) -> pl.DataFram
     """The rows of `frame` whose `on` columns are a row of `keys`."""
     if keys.height == 0 or frame.height == 0:
         return frame.clear()
+    if on == _REQUEST and _single(keys["deployment"]):
+        # One deployment (a join's): a lookup of the ids, cheaper than a join.
+        deployment = keys["deployment"][0]
+        deployments = frame["deployment"]
+        same = deployments.is_null() if deployment is None else deployments == deployment
+        return frame.filter(same & frame["_id"].is_in(keys["_id"].implode()))
     return frame.join(keys, on=on, how="semi")
 
 

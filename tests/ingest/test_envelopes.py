@@ -1,5 +1,6 @@
-"""The envelope columns of bulk lines, once per distinct envelope, are those of each line's
-own (ingest/_extract.py `_header_columns` against `_header_rows`)."""
+"""Column-wise extraction's shortcuts give what the full work gives: the envelope columns of
+bulk lines once per distinct envelope (`_header_columns` against `_header_rows`), and stats
+numbers checked only on lines that could hold one that does not fit."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
-from preemptscope.ingest._extract import _ascii, _header_columns, _header_rows
+from preemptscope.ingest._extract import (
+    _STATS_EXTRACT,
+    _ascii,
+    _header_columns,
+    _header_rows,
+    _stats_frames,
+    _stats_invalid,
+)
 from preemptscope.ingest._time import SMALL_FRAME
 
 # Lines with one vLLM header whose envelope repeats, and the shapes where the text up to the
@@ -91,3 +99,35 @@ def test_every_shape_at_once(locations: bool) -> None:
         fast.filter(pl.col("raw").str.starts_with("[a] "))["level"].null_count()
         < fast.filter(pl.col("raw").str.starts_with("[a] ")).height
     )
+
+
+# Numbers as a prompt, a damaged line or another locale could print them.
+_NUMBER = st.one_of(
+    st.text(alphabet="0123456789..١٣１", min_size=1, max_size=24),
+    st.integers(10**16, 10**21).map(str),  # around Int64's 19 digits
+    st.sampled_from([".", "..", "1.", ".5", "0.0", "1.2.3"]),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(_NUMBER, _NUMBER, _NUMBER, _NUMBER), min_size=1, max_size=8))
+def test_stats_numbers_skip_checks_only_when_they_fit(
+    rows: list[tuple[str, str, str, str]],
+) -> None:
+    # `_stats_frames` checks only lines that could hold a number that does not fit: what it
+    # rejects is what checking every line rejects.
+    raw = [
+        f"(APIServer pid=1) INFO 12-31 20:00:10 [loggers.py:123] Engine {engine}: Avg prompt "
+        f"throughput: {prompt} tokens/s, Avg generation throughput: 1.0 tokens/s, Running: "
+        f"{running} reqs, Waiting: 0 reqs, GPU KV cache usage: {usage}%, Prefix cache hit "
+        "rate: 0.0%"
+        for engine, prompt, running, usage in rows
+    ]
+    frame = pl.DataFrame({"raw": raw, "line": list(range(1, len(raw) + 1))})
+    stats, rejected = _stats_frames(frame)
+    message = pl.col("raw").str.extract_groups(_STATS_EXTRACT).struct.field("msg")
+    every = frame.select(pl.col("line"), _stats_invalid(message).alias("invalid"))
+    expected = every.filter(pl.col("invalid").is_not_null())
+    assert rejected["line"].to_list() == expected["line"].to_list()
+    assert rejected["reason"].to_list() == [f"number not valid: {r}" for r in expected["invalid"]]
+    assert sorted(stats["line"].to_list() + rejected["line"].to_list()) == frame["line"].to_list()

@@ -10,6 +10,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from preemptscope.ingest.lifecycle import RequestJoin, latencies_from_requests
@@ -307,3 +308,109 @@ def test_streaming_join_on_spans_beyond_64_bits(rows: list[Row]) -> None:
     got = joined.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
     want = whole.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
     assert got.equals(want)
+
+
+def _constant_hash(self: pl.Series, *args: object, **kwargs: object) -> pl.Series:
+    return pl.Series(self.name, [7] * self.len(), dtype=pl.UInt64)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(logged_stories(), st.lists(st.integers(min_value=0, max_value=64), max_size=6))
+def test_streaming_join_is_exact_when_every_id_shares_one_hash(
+    rows: list[Row], cuts: list[int]
+) -> None:
+    # The join looks ids up and groups requests by hash: a collision must never fold an id
+    # onto another or merge two requests. With one hash for every string, the results are
+    # those of the one-go join.
+    requests = (
+        _frame(rows)
+        .with_columns(deployment=pl.lit("a"))
+        .sort("timestamp", "line", nulls_last=True, maintain_order=True)
+        .with_columns(line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64))
+    )
+    whole = latencies_from_requests(requests)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pl.Series, "hash", _constant_hash)
+        arrivals, joined = _streamed(requests, cuts)
+    got = joined.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
+    want = whole.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
+    assert got.equals(want)
+    plain = _streamed(requests, cuts)[0]
+    assert sorted(arrivals["timestamp"].to_list()) == sorted(plain["timestamp"].to_list())
+
+
+def _expected_rows(requests: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """ARRIVALS and JOINED rows by the reference rules: a request's row names its first start
+    line (in time, then line order), with that line's source and pid."""
+    events = _reference_fold(
+        requests.filter(pl.col("timestamp").is_not_null() & pl.col("request_id").is_not_null())
+        .with_columns(pl.col("request_id").str.split(","))
+        .explode("request_id")
+        .with_columns(pl.col("request_id").str.strip_chars().str.strip_chars_end("."))
+        .filter(pl.col("request_id") != "")
+    ).sort(["deployment", "key", "timestamp", "line"], maintain_order=True)
+    is_start = pl.col("event").is_in(_STARTS)
+    previous_is_start = pl.col("event").shift(1).over(["deployment", "key"]).is_in(_STARTS)
+    opens = is_start & ~previous_is_start.fill_null(False)
+    events = events.with_columns(session=opens.cast(pl.Int32).cum_sum().over(["deployment", "key"]))
+
+    def first_time(kinds: list[str]) -> pl.Expr:
+        return pl.col("timestamp").filter(pl.col("event").is_in(kinds)).min()
+
+    ended = pl.min_horizontal("finished", "generated")
+    sessions = (
+        events.group_by(_GROUP)
+        .agg(
+            start=first_time(_STARTS),
+            source=pl.col("source").filter(is_start).first(),
+            line=pl.col("line").filter(is_start).first(),
+            pid=pl.col("pid").filter(is_start).first(),
+            finished=first_time(["finished"]),
+            generated=first_time(["generated"]),
+            delta=pl.col("timestamp").filter(pl.col("event") == "delta").max(),
+            stopped=first_time(["aborted", "failed"]),
+        )
+        .with_columns(
+            end=pl.coalesce(ended, "delta", "stopped"),
+            success=ended.is_not_null() | pl.col("delta").is_not_null(),
+        )
+        .filter(pl.col("start").is_not_null())
+    )
+    joinable = (pl.col("end") >= pl.col("start")).fill_null(False)
+    joined = sessions.filter(joinable).select(
+        "source",
+        "line",
+        pl.col("pid").cast(pl.Int32),
+        "start",
+        e2e=(pl.col("end") - pl.col("start")).dt.total_microseconds() / 1e6,
+        success="success",
+    )
+    arrivals = sessions.filter(~joinable).select(
+        "source", "line", pl.col("pid").cast(pl.Int32), timestamp="start"
+    )
+    return arrivals, joined
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    logged_stories(),
+    st.lists(st.integers(min_value=0, max_value=64), max_size=6),
+    st.sampled_from([None, 1, 3]),
+)
+def test_streaming_join_rows_name_the_first_start_line(
+    rows: list[Row], cuts: list[int], pids: int | None
+) -> None:
+    # Each row's line, source and pid are the request's first start's, whether a batch holds
+    # one file and one process (taken as constants) or several; requests whose ids are reused
+    # or whose lines are out of order (the slow path) too.
+    requests = (
+        _frame(rows)
+        .with_columns(deployment=pl.lit("a"))
+        .sort("timestamp", "line", nulls_last=True, maintain_order=True)
+        .with_columns(line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64))
+        .with_columns(pid=None if pids is None else (pl.col("line") * 7) % pids)
+    )
+    arrivals, joined = _streamed(requests, cuts)
+    want_arrivals, want_joined = _expected_rows(requests)
+    assert _canonical(joined.select(want_joined.columns)).equals(_canonical(want_joined))
+    assert _canonical(arrivals.select(want_arrivals.columns)).equals(_canonical(want_arrivals))
