@@ -35,7 +35,7 @@ summed up without sorting.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import polars as pl
 from preemptscope.ingest import schema
@@ -469,6 +469,13 @@ class RequestJoin:
     @property
     def open_requests(self) -> int:
         return self._still.height
+
+    def oldest_open_start(self) -> datetime | None:
+        """The earliest start of the requests still open (None when none has one yet)."""
+        if self._still.is_empty() or "start" not in self._still.columns:
+            return None
+        value = self._still["start"].min()
+        return value if isinstance(value, datetime) else None
 
     def provisional(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """ARRIVALS and JOINED rows (with `source`) of the open requests: what close() would

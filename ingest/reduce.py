@@ -18,6 +18,7 @@ import os
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timedelta
 
 import polars as pl
 from preemptscope.ingest.lifecycle import RequestJoin
@@ -109,8 +110,19 @@ def reduce_paths(
     # started in it (a join may settle a request in a later file).
     rows: dict[tuple[str, int], _Kept] = {}
 
+    # JOINED rows per file, kept in start order as they settle (what the analysis reads).
+    ordered: dict[str, _InStartOrder] = {}
+
     def keep(source: str, slot: int, part: pl.DataFrame) -> None:
-        rows.setdefault((source, slot), _Kept()).add(part)
+        if slot == 1:
+            ordered.setdefault(source, _InStartOrder()).add(part)
+        else:
+            rows.setdefault((source, slot), _Kept()).add(part)
+
+    def add(part: LogFrames) -> tuple[LogFrames, pl.DataFrame, pl.DataFrame, datetime | None]:
+        # In the join's thread, right after the chunk: what no later JOINED row starts before.
+        piece, arrivals, joined = reducer.add(part)
+        return piece, arrivals, joined, _watermark(reducer.join, part["requests"])
 
     def route(arrivals: pl.DataFrame, joined: pl.DataFrame) -> None:
         for frame, slot in ((arrivals, 0), (joined, 1)):
@@ -127,14 +139,19 @@ def reduce_paths(
     # releases the GIL): both are sequential, neither waits for the other. At most two
     # chunks wait for it, so memory stays flat.
     with ThreadPoolExecutor(max_workers=1) as joiner:
-        pending: deque[tuple[str, Future[tuple[LogFrames, pl.DataFrame, pl.DataFrame]]]] = deque()
+        pending: deque[
+            tuple[str, Future[tuple[LogFrames, pl.DataFrame, pl.DataFrame, datetime | None]]]
+        ] = deque()
         done = [0]  # chunks collected
 
         def collect(limit: int) -> None:
             while len(pending) > limit:
                 path, future = pending.popleft()
-                piece, arrivals, joined = future.result()
+                piece, arrivals, joined, watermark = future.result()
                 route(arrivals, joined)
+                if watermark is not None:
+                    for kept in ordered.values():
+                        kept.release(watermark)
                 if path in results:
                     results[path].extend(piece)
                 else:
@@ -147,7 +164,7 @@ def reduce_paths(
             for part in iter_parse_path(
                 path, deployment=deployment, options=options, keep=REDUCED, limits=limits
             ):
-                pending.append((path, joiner.submit(reducer.add, part)))
+                pending.append((path, joiner.submit(add, part)))
                 collect(2)
             collect(0)
             if path not in results:
@@ -155,7 +172,7 @@ def reduce_paths(
     route(*reducer.close())
     for path, frames in results.items():
         frames.arrivals = rows.get((path, 0), _Kept()).frame(ARRIVALS)
-        frames.joined = rows.get((path, 1), _Kept()).frame(JOINED)
+        frames.joined = ordered.get(path, _InStartOrder()).frame(JOINED)
     return [results[p] for p in dict.fromkeys(paths)]
 
 
@@ -181,3 +198,68 @@ class _Kept:
         would hold them twice at the end of the biggest files."""
         parts = self.blocks + self.recent
         return pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=schema)
+
+
+# How long before the newest time read a request not yet read may still start (lines of
+# several processes arrive out of order). A guess only: a log whose clock goes back further
+# is kept in the order its rows settled and sorted by the analysis, as before.
+_MARGIN = timedelta(minutes=10)
+
+
+def _watermark(join: RequestJoin, requests: pl.DataFrame) -> datetime | None:
+    """A time no JOINED row settled from now on should start before: the oldest open
+    request's start, and a margin before the newest time of this chunk."""
+    newest = requests["timestamp"].max() if requests.height else None
+    if not isinstance(newest, datetime):
+        return None
+    oldest = join.oldest_open_start()
+    mark = newest - _MARGIN
+    return mark if oldest is None else min(mark, oldest)
+
+
+class _InStartOrder:
+    """JOINED rows kept sorted by start as they settle, so the analysis need not sort them
+    (at 4 GB the sort's copy was the report's peak memory).
+
+    Settled rows wait until the watermark passes them, then are sorted (stably: ties in the
+    order they settled) and kept. While each kept batch starts strictly after the last one
+    ended, the rows are exactly the stable sort of all of them by start, and `frame()` marks
+    them sorted; otherwise (a clock that went back) they are left for the analysis to sort.
+    """
+
+    def __init__(self) -> None:
+        self.kept = _Kept()
+        self.pending: list[pl.DataFrame] = []
+        self.last: datetime | None = None
+        self.in_order = True
+
+    def add(self, part: pl.DataFrame) -> None:
+        self.pending.append(part)
+
+    def release(self, watermark: datetime) -> None:
+        if not self.pending:
+            return
+        rows = pl.concat(self.pending) if len(self.pending) > 1 else self.pending[0]
+        early = rows["start"] < watermark
+        ready = rows.filter(early)
+        rest = rows.filter(~early)
+        self.pending = [rest] if rest.height else []
+        if ready.height:
+            self._keep(ready)
+
+    def _keep(self, rows: pl.DataFrame) -> None:
+        rows = rows.sort("start", maintain_order=True)
+        first, last = rows["start"][0], rows["start"][-1]
+        if self.last is not None and not first > self.last:
+            self.in_order = False
+        self.last = last
+        self.kept.add(rows)
+
+    def frame(self, schema: pl.Schema) -> pl.DataFrame:
+        if self.pending:
+            self._keep(pl.concat(self.pending))
+            self.pending = []
+        frame = self.kept.frame(schema)
+        if self.in_order and frame.height:
+            frame = frame.with_columns(pl.col("start").set_sorted())
+        return frame

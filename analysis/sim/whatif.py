@@ -240,8 +240,7 @@ def observed_load(
     frame = stats.filter(pl.col("timestamp").is_not_null()).sort("timestamp")
     if frame.height < 2:
         raise ConfigError("the log needs at least two timestamped stats records for a what-if")
-    ts_us = frame["timestamp"].dt.epoch("us")
-    ts = ts_us.cast(pl.Float64) / 1e6
+    ts = frame["timestamp"].dt.epoch("us").cast(pl.Float64) / 1e6
     times = ts.to_numpy()
     gaps = np.diff(times)
     duration = float(times[-1] - times[0])
@@ -249,19 +248,21 @@ def observed_load(
     gen_tokens = float((frame["generation_throughput"].fill_null(0).to_numpy()[1:] * gaps).sum())
     arrival_times = np.empty(0, dtype=np.float64)
     if arrivals is not None and arrivals.len():
-        # Compared in microseconds: the seconds of the stats times (Polars multiplies by
-        # 1e-6) and of the arrivals (numpy divides) could differ in the last bit, which kept
-        # or dropped an arrival logged in the second of the first or last stats line.
-        micros = arrivals.drop_nulls().dt.epoch("us")
-        first_us, last_us = ts_us[0], ts_us[-1]
-        if micros.is_sorted():
+        # Compared as times, not as seconds: the stats' seconds (Polars multiplies by 1e-6)
+        # and the arrivals' (numpy divides) could differ in the last bit, which kept or
+        # dropped an arrival logged in the second of the first or last stats line.
+        known = arrivals.drop_nulls()
+        first, last = frame["timestamp"][0], frame["timestamp"][-1]
+        if known.is_sorted():
             # Sorted (log_arrivals' are): the stats' span is one slice, not a filtered copy.
-            low = int(micros.search_sorted(first_us, side="left"))
-            high = int(micros.search_sorted(last_us, side="right"))
-            inside = micros.slice(low, high - low)
+            low = int(known.search_sorted(first, side="left"))
+            high = int(known.search_sorted(last, side="right"))
+            inside = known.slice(low, high - low)
         else:
-            inside = micros.filter((micros >= first_us) & (micros <= last_us)).sort()
-        arrival_times = inside.cast(pl.Float64).to_numpy() / 1e6 - times[0]
+            inside = known.filter((known >= first) & (known <= last)).sort()
+        micros = inside.dt.epoch("us").cast(pl.Float64).to_numpy()
+        arrival_times = micros / 1e6
+        arrival_times -= times[0]  # in place: millions of arrivals, one copy
     if len(arrival_times):
         count = float(len(arrival_times))
         basis = f"{len(arrival_times)} request lines; token totals from stats throughputs"
