@@ -198,6 +198,16 @@ def test_row_order_of_the_input_does_not_matter(rows: list[Row], seed: int) -> N
     assert _canonical(latencies_from_requests(shuffled)).equals(_canonical(_reference(shuffled)))
 
 
+def _in_line_order(rows: list[Row]) -> pl.DataFrame:
+    """The rows as one deployment's log holds them: in time order, lines numbered so."""
+    return (
+        _frame(rows)
+        .with_columns(deployment=pl.lit("a"))
+        .sort("timestamp", "line", nulls_last=True, maintain_order=True)
+        .with_columns(line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64))
+    )
+
+
 def _streamed(requests: pl.DataFrame, cuts: list[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
     join = RequestJoin()
     arrivals, joined = [], []
@@ -227,12 +237,7 @@ def logged_stories(draw: st.DrawFn) -> list[Row]:
 @given(logged_stories(), st.lists(st.integers(min_value=0, max_value=64), max_size=6))
 def test_streaming_join_matches_one_go(rows: list[Row], cuts: list[int]) -> None:
     # As a log is read: in time order (ties in line order), one deployment, in chunks.
-    requests = (
-        _frame(rows)
-        .with_columns(deployment=pl.lit("a"))
-        .sort("timestamp", "line", nulls_last=True, maintain_order=True)
-        .with_columns(line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64))
-    )
+    requests = _in_line_order(rows)
     arrivals, joined = _streamed(requests, cuts)
     whole = latencies_from_requests(requests)
     got = joined.select("source", "start", "e2e", "success").sort(pl.all(), nulls_last=True)
@@ -322,12 +327,7 @@ def test_streaming_join_is_exact_when_every_id_shares_one_hash(
     # The join looks ids up and groups requests by hash: a collision must never fold an id
     # onto another or merge two requests. With one hash for every string, the results are
     # those of the one-go join.
-    requests = (
-        _frame(rows)
-        .with_columns(deployment=pl.lit("a"))
-        .sort("timestamp", "line", nulls_last=True, maintain_order=True)
-        .with_columns(line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64))
-    )
+    requests = _in_line_order(rows)
     whole = latencies_from_requests(requests)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pl.Series, "hash", _constant_hash)
@@ -403,12 +403,8 @@ def test_streaming_join_rows_name_the_first_start_line(
     # Each row's line, source and pid are the request's first start's, whether a batch holds
     # one file and one process (taken as constants) or several; requests whose ids are reused
     # or whose lines are out of order (the slow path) too.
-    requests = (
-        _frame(rows)
-        .with_columns(deployment=pl.lit("a"))
-        .sort("timestamp", "line", nulls_last=True, maintain_order=True)
-        .with_columns(line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64))
-        .with_columns(pid=None if pids is None else (pl.col("line") * 7) % pids)
+    requests = _in_line_order(rows).with_columns(
+        pid=None if pids is None else (pl.col("line") * 7) % pids
     )
     arrivals, joined = _streamed(requests, cuts)
     want_arrivals, want_joined = _expected_rows(requests)
