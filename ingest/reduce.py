@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 
@@ -106,18 +106,11 @@ def reduce_paths(
     options = options or ParseOptions()
     reducer = LogReducer()
     results: dict[str, LogFrames] = {}
-    # Per (file, slot), the ARRIVALS (slot 0) and JOINED (slot 1) rows of the requests that
-    # started in it (a join may settle a request in a later file).
-    rows: dict[tuple[str, int], _Kept] = {}
-
-    # JOINED rows per file, kept in start order as they settle (what the analysis reads).
-    ordered: dict[str, _InStartOrder] = {}
-
-    def keep(source: str, slot: int, part: pl.DataFrame) -> None:
-        if slot == 1:
-            ordered.setdefault(source, _InStartOrder()).add(part)
-        else:
-            rows.setdefault((source, slot), _Kept()).add(part)
+    # Per file, the ARRIVALS and the JOINED rows of the requests that started in it (a join
+    # may settle a request in a later file); JOINED rows are kept in start order as they
+    # settle (what the analysis reads).
+    kept_arrivals: dict[str, _Kept] = {}
+    kept_joined: dict[str, _InStartOrder] = {}
 
     def add(part: LogFrames) -> tuple[LogFrames, pl.DataFrame, pl.DataFrame, datetime | None]:
         # In the join's thread, right after the chunk: what no later JOINED row starts before.
@@ -125,15 +118,10 @@ def reduce_paths(
         return piece, arrivals, joined, _watermark(reducer.join, part["requests"])
 
     def route(arrivals: pl.DataFrame, joined: pl.DataFrame) -> None:
-        for frame, slot in ((arrivals, 0), (joined, 1)):
-            if frame.height == 0:
-                continue
-            sources = frame["source"]
-            if sources.n_unique() == 1:  # the usual case: the file being read
-                keep(str(sources[0]), slot, frame.drop("source"))
-                continue
-            for (source,), part in frame.group_by("source"):
-                keep(str(source), slot, part.drop("source"))
+        for source, part in _by_source(arrivals):
+            kept_arrivals.setdefault(source, _Kept()).add(part)
+        for source, part in _by_source(joined):
+            kept_joined.setdefault(source, _InStartOrder()).add(part)
 
     # The join runs in its own thread, one chunk behind the dating of the next (Polars
     # releases the GIL): both are sequential, neither waits for the other. At most two
@@ -150,7 +138,7 @@ def reduce_paths(
                 piece, arrivals, joined, watermark = future.result()
                 route(arrivals, joined)
                 if watermark is not None:
-                    for kept in ordered.values():
+                    for kept in kept_joined.values():
                         kept.release(watermark)
                 if path in results:
                     results[path].extend(piece)
@@ -171,9 +159,21 @@ def reduce_paths(
                 results[path] = LogFrames(source=path, deployment=deployment, timezone=options.tz)
     route(*reducer.close())
     for path, frames in results.items():
-        frames.arrivals = rows.get((path, 0), _Kept()).frame(ARRIVALS)
-        frames.joined = ordered.get(path, _InStartOrder()).frame(JOINED)
+        frames.arrivals = kept_arrivals.get(path, _Kept()).frame(ARRIVALS)
+        frames.joined = kept_joined.get(path, _InStartOrder()).frame(JOINED)
     return [results[p] for p in dict.fromkeys(paths)]
+
+
+def _by_source(frame: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
+    """The rows of each source (file) a join's output holds, without the column."""
+    if frame.height == 0:
+        return
+    sources = frame["source"]
+    if sources.n_unique() == 1:  # the usual case: the file being read
+        yield str(sources[0]), frame.drop("source")
+        return
+    for (source,), part in frame.group_by("source"):
+        yield str(source), part.drop("source")
 
 
 class _Kept:
@@ -201,8 +201,9 @@ class _Kept:
 
 
 # How long before the newest time read a request not yet read may still start (lines of
-# several processes arrive out of order). A guess only: a log whose clock goes back further
-# is kept in the order its rows settled and sorted by the analysis, as before.
+# several processes arrive out of order). A guess only: when a log's clock goes back further,
+# its rows are left unmarked and the analysis sorts them (rows of one start may then come in
+# another order than the order they settled in).
 _MARGIN = timedelta(minutes=10)
 
 
