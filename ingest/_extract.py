@@ -24,6 +24,9 @@ _HELPERS: dict[str, pl.DataType] = {
     "_bulk": pl.Boolean(),
 }
 _REC_COLS = ("process", "pid", "level")
+# Rows of the lines read but not taken (the router's and the stats checks'): `unrecognized`
+# before its source and deployment are added.
+_UNRECOGNIZED_ROWS = {"line": pl.Int64, "text": pl.String, "reason": pl.String}
 _STATS_EXTRACT = cat.ENVELOPE + r"(?P<msg>[^\r\n]*)"
 
 
@@ -81,7 +84,6 @@ def _stats_invalid(msg: pl.Expr) -> pl.Expr:
 # a float needs 309), two dots in one number, or dots alone where a float stands. Lines with
 # none of these, and no non-ASCII text (`\d` is any Unicode digit), skip the checks: a dozen
 # extractions that cost 3 ms a chunk whatever its stats lines.
-_REJECTED = {"line": pl.Int64, "text": pl.String, "reason": pl.String}
 _STATS_SUSPECT = r"[0-9]{19}|\.[0-9]*\.|: \.+(?: tokens/s|%)"
 
 
@@ -91,7 +93,7 @@ def _stats_frames(sub: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     suspect = (raw.str.len_bytes() != raw.str.len_chars()) | raw.str.contains(_STATS_SUSPECT)
     checked = sub.filter(suspect)
     if checked.height == 0:  # (an empty frame costs the checks' expressions all the same)
-        return _stats_frame(sub), pl.DataFrame(schema=_REJECTED)
+        return _stats_frame(sub), pl.DataFrame(schema=_UNRECOGNIZED_ROWS)
     message = raw.str.extract_groups(_STATS_EXTRACT).struct.field("msg")
     # The message once as a column: as an expression it is re-extracted for every field.
     bad = (

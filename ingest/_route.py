@@ -18,6 +18,7 @@ import polars as pl
 from preemptscope.ingest import _cues, _glue, _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._extract import (
+    _UNRECOGNIZED_ROWS,
     _access_frame,
     _kind_columns,
     _other_frame,
@@ -46,9 +47,6 @@ _REQ_GROUPS = "|".join(
 _REQ_VALID = cat.HEADER_CORE + "(?:" + _REQ_GROUPS + ")"
 # uvicorn's access shape: ` HTTP/` and, around the client, `INFO:` and ` - "`.
 _ACCESS_HTTP, _ACCESS_LEVEL, _ACCESS_DASH = " HTTP/", "INFO:", ' - "'
-
-
-_UNRECOGNIZED_ROWS = {"line": pl.Int64, "text": pl.String, "reason": pl.String}
 
 
 @dataclass
