@@ -213,7 +213,8 @@ def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
     if STATS_START_RE.match(message) or message.startswith("Throughput: "):
         return "scheduler_stats", stats_fields(message[:STATS_BUDGET])
     if env.file == "uvicorn":
-        match = ACCESS_RE.match(message)
+        # uvicorn's access logger writes at INFO only (the router claims `INFO:` lines).
+        match = ACCESS_RE.match(message) if env.level == "INFO" else None
         if match is not None:
             return "access", {
                 "client": match.group("client"),
@@ -232,6 +233,11 @@ def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
     exception = None if env.known else _EXCEPTION_LEAD.match(message)
     for row, pattern, literal, bare_ok, sizing in _ROW_CHECKS:
         if literal is not None and literal not in message:
+            continue
+        if row.kind == "requests" and not env.known:
+            # vLLM's request logger always writes its header: a request line without a
+            # known envelope is what a hard-wrapped prompt's tail looks like (the router
+            # reads request rows behind a header only).
             continue
         match = pattern.match(message)
         if match is None:

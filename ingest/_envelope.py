@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import regex
 from preemptscope.ingest import catalogue as cat
@@ -46,9 +48,9 @@ _HEADER_SEARCH_RE = regex.compile(f"(?={cat.TIMESTAMP}){_HEADER_AT_RE.pattern}",
 _STAMP_TRIES = 32
 UVICORN_LEVEL_RE = regex.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+", FLAGS)
 # After ` pid=`: the rest of a process prefix, then text without parentheses up to the header.
-_PID_TAIL_RE = regex.compile(r" pid=(?P<pid>\d{1,20})(?:, ip=[^)\n]{0,100})?\)", FLAGS)
+_PID_TAIL_RE = regex.compile(r" pid=(?P<pid>[0-9]{1,20})(?:, ip=[^)\n]{0,100})?\)", FLAGS)
 _NO_PARENS_RE = regex.compile(r"[^()\n]*\Z", FLAGS)
-_RANK_RE = regex.compile(r"\[(?P<rank>rank\d{1,9})\]: ?", FLAGS)
+_RANK_RE = regex.compile(r"\[(?P<rank>rank[0-9]{1,9})\]: ?", FLAGS)
 _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _NAME_MAX = 200
 # An elided header's process name bounded as _PROCESS_AT_RE bounds it (a real one is a few
@@ -76,7 +78,7 @@ COMPOSE_ONLY_RE = regex.compile(cat.COMPOSE, FLAGS)
 # A line that starts with a process prefix but has no header (a worker's print, a traceback).
 _PROCESS_AT_RE = regex.compile(
     r"(?:\((?P<proc>[A-Za-z_][^()\n]{0,200}?(?:\([^()\n]{0,60}\)[^()\n]{0,60}?)?),?"
-    r" pid=(?P<pid>\d{1,20})(?:, ip=[^)\n]{0,100})?\) ?|\[(?P<rank>rank\d{1,9})\]: ?)",
+    r" pid=(?P<pid>[0-9]{1,20})(?:, ip=[^)\n]{0,100})?\) ?|\[(?P<rank>rank[0-9]{1,9})\]: ?)",
     FLAGS,
 )
 FOREIGN_RES = [(env, regex.compile(env.pattern, FLAGS)) for env in cat.FOREIGN_ENVELOPES]
@@ -105,19 +107,25 @@ class Env:
 
 
 def to_num(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value.replace(",", ""))
-    except ValueError:
-        return None
+    """A captured number (thousands commas allowed) as a float, as to_int does."""
+    return _number(value, float)
 
 
 def to_int(value: str | None) -> int | None:
-    if value is None:
+    """A captured number as the column-wise path's cast reads it (`cast(Int64, strict=False)`):
+    ASCII digits only (`\\d` in a pattern is any script's digit, which Python's int() takes and
+    Polars' cast refuses), None when it is none."""
+    return _number(value, int)
+
+
+_N = TypeVar("_N", int, float)
+
+
+def _number(value: str | None, kind: Callable[[str], _N]) -> _N | None:
+    if value is None or not value.isascii():
         return None
     try:
-        return int(value.replace(",", ""))
+        return kind(value.replace(",", ""))
     except ValueError:
         return None
 
@@ -323,10 +331,12 @@ def json_line(text: str) -> tuple[Env, str] | None:
     if not isinstance(obj, dict):
         return None
     if isinstance(obj.get("log"), str):
-        inner = strip_ansi(obj["log"]).rstrip("\r\n")
+        inner = clean(obj["log"].rstrip("\r\n"))
         nested = json_line(inner) if inner.startswith("{") else None
         env, message = nested if nested is not None else envelope(inner)
-        if isinstance(obj.get("time"), str) and env.wts is None:
+        if isinstance(obj.get("time"), str):
+            # docker's time is the outer wrapper: it wins, as in `<time> <log>` (the form
+            # the router reads these lines in) the first wrapper does.
             env.wts = obj["time"]
         return env, message
     if isinstance(obj.get("message"), str) and ("levelname" in obj or "asctime" in obj):
@@ -379,7 +389,16 @@ def names_writer(env: Env) -> bool:
 
 
 def clean(text: str) -> str:
-    text = text.rstrip("\n").rstrip("\r")
+    """The line without its newline, tqdm redraws and ANSI codes; a JSON line as it is (its
+    strings are cleaned once decoded: `\\u001b[32m` is no code in its JSON form)."""
+    line = text.rstrip("\n").rstrip("\r")
+    cleaned = _clean(line)
+    if cleaned != line and line.startswith("{") and json_line(line) is not None:
+        return line
+    return cleaned
+
+
+def _clean(text: str) -> str:
     if "\r" in text:
         # tqdm redraws: the log record is what follows the last carriage return that has one.
         # The part holding the last header (no header spans a `\r`), found in one scan: a

@@ -41,10 +41,28 @@ _STATS_VALID = (
     + cat.STATS_RECORD_START
     + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
 )
-_REQ_GROUPS = "|".join(
-    row.pattern.replace("(?P<request_id>", f"(?P<rid_{row.name}>") for row in cat.REQUEST_ROWS
+# The request lines claimed column-wise: a row's pattern matches right after the header with
+# an id of no `.`, `:`, `,` or space (every real id: `cmpl-<hex>-0`, `chatcmpl-<hex>`), the
+# ids where the column-wise word (ingest/_extract.py `_requests_frame`) and the row's own
+# group read the same; any other request line is read per line, by its row.
+_PLAIN_ID = r"[^\s:,.]+"
+# ... and the id as that word reads it: up to a space, `:` or `,`, its trailing dots dropped.
+_REQ_WORD = (
+    cat.HEADER_CORE
+    + "(?:"
+    + "|".join(sorted({re.escape(row.literal.strip()) for row in cat.REQUEST_ROWS}))
+    + rf")(?:\(s\))? {_PLAIN_ID}\.*(?:[\s:,]|$)"
 )
-_REQ_VALID = cat.HEADER_CORE + "(?:" + _REQ_GROUPS + ")"
+_REQ_CLAIM = (
+    cat.HEADER_CORE
+    + "(?:"
+    + "|".join(
+        re.sub(r"\(\?P<request_id>[^()]*\)", lambda _: f"(?:{_PLAIN_ID})", row.pattern)
+        for row in cat.REQUEST_ROWS
+        if row.literal != "Request "
+    )
+    + ")"
+)
 # uvicorn's access shape: ` HTTP/` and, around the client, `INFO:` and ` - "`.
 _ACCESS_HTTP, _ACCESS_LEVEL, _ACCESS_DASH = " HTTP/", "INFO:", ' - "'
 
@@ -79,24 +97,36 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     return raw.clone().rename("raw").scatter(index, decoded)
 
 
-# The three literals of uvicorn's access shape in their usual order, one DFA pass: a line it
-# matches has all three, so only the others need the separate literal checks.
+_BLANK = rf"^(?:\s|{cat.ANSI_SGR})*$"
+# uvicorn's access shape: its three literals in this order, in one DFA pass. Out of order
+# they are no access line (`WARNING: … - "GET / HTTP/1.1" … INFO:` made the client's slice
+# negative: a crash).
 _ACCESS_FAST = "(?s)" + ".*".join(re.escape(x) for x in (_ACCESS_LEVEL, _ACCESS_DASH, _ACCESS_HTTP))
 
 
 def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
-    """(has ` HTTP/`, also has uvicorn's shape: `INFO:` and ` - "`) for every line."""
-    fast = raw.str.contains(_ACCESS_FAST)
-    others = (~fast).arg_true()
+    """(has ` HTTP/`, has uvicorn's access shape) for every line."""
+    shape = raw.str.contains(_ACCESS_FAST)
+    others = (~shape).arg_true()
     if others.len() == 0:
-        return fast, fast
-    sub = raw.gather(others)
-    http = sub.str.contains(_ACCESS_HTTP, literal=True)
-    if not http.any():
-        return fast, fast
-    level = sub.str.contains(_ACCESS_LEVEL, literal=True)
-    shape = http & level & sub.str.contains(_ACCESS_DASH, literal=True)
-    return fast.clone().scatter(others, http), fast.clone().scatter(others, shape)
+        return shape, shape
+    http = raw.gather(others).str.contains(_ACCESS_HTTP, literal=True)
+    return shape.clone().scatter(others, http), shape
+
+
+# The access row right after uvicorn's `INFO:`, as the per-line path reads it (ACCESS_RE).
+_ACCESS_AT = re.escape(_ACCESS_LEVEL) + r"\s+" + cat.no_groups(cat.ACCESS_ROW.pattern)
+
+
+def _access_at_level(text: pl.Series) -> pl.Series:
+    """Lines whose first uvicorn level (`LEVEL:`) is the `INFO:` the access row follows, with
+    no ` - "` before it: where `_access_frame`'s positions are the per-line path's fields
+    (an access line glued after another uvicorn line, or a ` - "` in front, read the wrong
+    client or crashed)."""
+    at = text.str.find(_ACCESS_AT)
+    level = text.str.find(cat.UVICORN_LEVEL)
+    dash = text.str.find(_ACCESS_DASH, literal=True)
+    return ((at == level) & (dash > at)).fill_null(False)
 
 
 def _route(
@@ -128,14 +158,20 @@ def _route(
         outside = index == 0
         inside = raw.gather((index - 1).clip(lower_bound=0))
         prev = pl.select(
-            pl.when(outside).then(pl.lit(previous, dtype=pl.String)).otherwise(inside)
+            pl.when(outside)
+            .then(pl.lit(previous, dtype=pl.String))
+            .when(index > 0)  # (none known before the line before the batch)
+            .then(inside)
         ).to_series()
         return _as_read(prev, outside)
 
     routed, odd_parts = _cascade(df, before)
     if too_long is not None:
         routed["cut"] = [too_long]
-    return _assemble(routed, odd_parts, {}, n, before, keep)
+    def physical(lines: pl.Series) -> pl.Series:
+        return raw.gather(lines - first_line).str.strip_chars_end("\r\n")
+
+    return _assemble(routed, odd_parts, {}, n, before, keep, physical)
 
 
 def _too_long(df: pl.DataFrame, max_line: int, cut: Mapping[int, int]) -> pl.DataFrame | None:
@@ -177,11 +213,16 @@ def _cascade(
     A cascade of filters: each probe runs only on the lines no earlier probe claimed, so the
     bulk (access lines) costs two scans, and the rare kinds pay for the detailed checks.
     Every line is routed on its own text alone, so any subset of lines routes the same.
+    The text is read here unwrapped (docker json-file) and without ANSI codes; the lines for
+    _lines, and those unrecognised here, keep their physical text: the per-line path reads
+    them as it reads any line, and an unrecognised row shows the line of the file.
     """
+    original = df
     raw = df["raw"]
     raw_c = pl.col("raw")
     brace = raw.str.starts_with("{")
-    if brace.any() and raw.str.starts_with('{"log":').any():
+    wrapped = brace.any() and raw.str.starts_with('{"log":').any()
+    if wrapped:
         raw = _unwrap_json_file(raw)
         df = df.with_columns(raw)
         brace = raw.str.starts_with("{")
@@ -195,6 +236,7 @@ def _cascade(
     if ansi.any():
         stripped = df["line"].filter(ansi)
         df = df.with_columns(pl.when(ansi).then(_cues.strip_ansi(raw_c)).otherwise(raw_c))
+    physical = _physical(original) if wrapped or stripped is not None else _as_it_is
     routed: dict[str, list[pl.DataFrame]] = {}
     odd_parts: list[pl.DataFrame] = []
 
@@ -235,7 +277,7 @@ def _cascade(
         odd_mask = odd_mask | (carriage & ~text.str.contains(r"^[^\r]*\r\n?$"))
     if odd_mask.any():
         odd, df = split(df, odd_mask)
-        odd_parts.append(odd)
+        odd_parts.append(physical(odd))
     # 1. uvicorn access lines, the bulk of a busy server's log.
     http, shape = _access_masks(df["raw"])
     access, rest = split(df, http)
@@ -247,38 +289,48 @@ def _cascade(
         if header.any():
             header = header & text.str.contains(cat.HEADER_CORE)
         plain = shape.filter(http) & ~header
+        plain = _cues.both(plain, text, _access_at_level)
+        plain = _cues.both(plain, text, lambda sub: ~sub.str.contains(_cues.FOREIGN_CUE))
         good, bad = split(access, plain)
         claim("access", good)
         rest = join(rest, bad)
     # 2. kinds parsed per line (preemption, KV sizing, config).
     py, rest = split(rest, rest["raw"].str.contains(_PY_LIT))
-    odd_parts.append(_settled(py))
+    odd_parts.append(_settled(physical(py)))
     # 3. scheduler stats: well-formed single records only; anything else is damage.
     candidates, rest = split(rest, rest["raw"].str.contains(_STATS_LIT))
     if candidates.height:
         single = candidates["raw"].str.count_matches(cat.HEADER_CORE) == 1
         good, bad = split(candidates, single & candidates["raw"].str.contains(_STATS_VALID))
         claim("stats", good)
-        odd_parts.append(_settled(bad))
+        odd_parts.append(_settled(physical(bad)))
     # 4. request lifecycle lines; a request literal elsewhere in a message is just "other".
     rest = rest.with_columns(_cues.header_counts(rest["raw"]).alias("hdr"))
     candidates, rest = split(rest, rest["raw"].str.contains_any(_REQ_STARTS))
     if candidates.height:
-        good, bad = split(candidates, candidates["hdr"] == 1)
+        good, bad = split(
+            candidates,
+            (candidates["hdr"] == 1)
+            & candidates["raw"].str.contains(_REQ_CLAIM)
+            & candidates["raw"].str.contains(_REQ_WORD),
+        )
         claim("requests", good.drop("hdr"))
-        odd_parts.append(bad.drop("hdr"))  # glued records or no header: per line
-    # `Request X aborted./failed …` (rare, several events per lead): per line when valid.
+        # Glued records, no header, an id of another shape: per line.
+        odd_parts.append(physical(bad.drop("hdr")))
+    # `Request X aborted./failed …` (rare, several events per lead), and a request literal
+    # elsewhere in a message behind one header: per line, which may join it with the next
+    # line as a hard-wrap's first half (_glue.incomplete: a kind literal, no record).
     candidates, rest = split(rest, rest["raw"].str.contains(_REQ_LIT))
     if candidates.height:
-        good, bad = split(
-            candidates, (candidates["hdr"] == 1) & candidates["raw"].str.contains(_REQ_VALID)
-        )
-        odd_parts.append(good.drop("hdr"))
+        good, bad = split(candidates, candidates["hdr"] == 1)
+        odd_parts.append(physical(good.drop("hdr")))
         rest = join(rest, bad)
     # 5. everything else: blank, one vLLM header (other), uvicorn's own lines, or odd.
     if rest.height:
-        # Anchored: fails at the first non-space byte, so cheap on ordinary lines.
-        blank, rest = split(rest, rest["raw"].str.contains(r"^\s*$"))
+        # Anchored: fails at the first byte that is no space and starts no colour code, so
+        # cheap on ordinary lines. A line of ESC-less codes alone is blank, as the per-line
+        # path (which strips every code) reads it.
+        blank, rest = split(rest, rest["raw"].str.contains(_BLANK))
         claim("blank", blank)
         other, rest = split(rest, rest["hdr"] == 1)
         claim("other", other.drop("hdr"))
@@ -304,14 +356,32 @@ def _cascade(
             continued = _continued(lone, text.filter(lonely), bare.filter(lonely), stripped, before)
             # A line that starts with `{` is an envelope of its own: nobody's tail.
             own, others = split(lone, lone["raw"].str.starts_with("{"))
-            claim("unrec", own.drop("hdr"))
+            claim("unrec", physical(own.drop("hdr")))
             if others.height:
                 tails, noise = split(others, continued(others))
-                claim("unrec", noise.drop("hdr"))
+                claim("unrec", physical(noise.drop("hdr")))
                 rest = join(rest, tails)
-        odd_parts.append(rest.drop("hdr"))
+        odd_parts.append(physical(rest.drop("hdr")))
 
     return routed, odd_parts
+
+
+def _physical(df: pl.DataFrame) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """A part of a frame routed from `df` (raw, line; sorted by line) with the text `df`
+    has: what _cascade gives the per-line path and unrecognised rows once it has rewritten
+    the text it routes."""
+    lines, text = df["line"], df["raw"]
+
+    def physical(part: pl.DataFrame) -> pl.DataFrame:
+        if part.height == 0:
+            return part
+        return part.with_columns(text.gather(lines.search_sorted(part["line"])))
+
+    return physical
+
+
+def _as_it_is(part: pl.DataFrame) -> pl.DataFrame:
+    return part
 
 
 def _continued(
@@ -356,15 +426,22 @@ def _continued(
         lone["line"] - first + 1, cont
     )
 
-    def continued(others: pl.DataFrame) -> pl.Series:
-        mask = known.gather((others["line"] - first).clip(0, span - 1))
-        mask = pl.select(
-            pl.when((others["line"] - first).is_between(0, span - 1)).then(mask)
-        ).to_series()
+    def after_open(lines: pl.Series) -> pl.Series:
+        """may_be_continued of the line before each of `lines`."""
+        mask = known.gather((lines - first).clip(0, span - 1))
+        mask = pl.select(pl.when((lines - first).is_between(0, span - 1)).then(mask)).to_series()
         unknown = mask.is_null().arg_true()
         if unknown.len():
-            mask = mask.scatter(unknown, _cues.may_be_continued(before(others[unknown])))
+            read = before(pl.DataFrame({"line": lines.gather(unknown)}))
+            mask = mask.scatter(unknown, _cues.may_be_continued(read))
         return mask
+
+    def continued(others: pl.DataFrame) -> pl.Series:
+        # Two lines up too: a join that started there may go on through a short line (a
+        # stats record wrapped over three lines, its middle one short: _lines joins a
+        # record's lines while the record is incomplete, at most three).
+        lines = others["line"]
+        return after_open(lines) | after_open(lines - 1).fill_null(False)
 
     return continued
 
@@ -386,12 +463,14 @@ def _assemble(
     n: int,
     before: Callable[[pl.DataFrame], pl.Series],
     keep: frozenset[str],
+    physical: Callable[[pl.Series], pl.Series],
 ) -> _Batch:
     """Extract the claimed parts (or count them, in summary mode) and parse the odd lines.
 
     `settled` counts lines whose kind is known but whose text was not kept (summary mode);
     `before(odd)` gives the physical line before each line of `odd` (sorted by line), for
-    hard-wrap continuations.
+    hard-wrap continuations; `physical(lines)` the text of those lines in the file (without
+    their newline), for the stats lines the checks reject (routed unwrapped).
     """
     frames: dict[str, list[pl.DataFrame]] = {kind: [] for kind in FRAME_SCHEMAS}
     accounting = LineAccounting(lines=n)
@@ -403,6 +482,8 @@ def _assemble(
     rejected = pl.DataFrame(schema=_UNRECOGNIZED_ROWS)
     if "stats" in routed:
         stats, rejected = _stats_frames(pl.concat(routed["stats"], how="diagonal"))
+        if rejected.height:
+            rejected = rejected.with_columns(physical(rejected["line"]).alias("text"))
         frames["scheduler_stats"].append(stats)
         counts["stats"] -= rejected.height
     builders = {

@@ -12,6 +12,7 @@ Sources: docs/frames.md and the version-by-version reference the project was bui
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 # --------------------------------------------------------------------------------------------
@@ -28,34 +29,47 @@ WRAPPER_TS = (
     r"| \d\d:\d\d:\d\d(?:[.,]\d+)?))"
     r"\s+(?:(?:stdout|stderr) [FP] )?"
 )
-# `(APIServer pid=1) `, `(RayWorkerWrapper pid=263, ip=10.0.16.95) `, `(task, pid=17433) `,
+# `(APIServer pid=1) `, `(RayWorkerWrapper pid=263, ip=10.0.16.95) `, `(task, pid=17433) `
+# (ASCII digits, as everywhere vLLM prints a number: `\d` is any script's to both engines),
 # Ray actor names with one level of nested parentheses (`(Llumlet(iid=1) pid=9)`), and the
 # leading `(` lost in a paste (`_AsyncLLMEngine pid=1974) `).
 PROCESS = (
-    r"(?:\(|^)(?P<proc>[A-Za-z_][^()\n]*?(?:\([^()\n]*\)[^()\n]*?)?),? pid=(?P<pid>\d+)"
+    r"(?:\(|^)(?P<proc>[A-Za-z_][^()\n]*?(?:\([^()\n]*\)[^()\n]*?)?),? pid=(?P<pid>[0-9]+)"
     r"(?:, ip=[^)\n]*)?\) ?"
 )
-RANK = r"\[(?P<rank>rank\d+)\]: ?"
+RANK = r"\[(?P<rank>rank[0-9]+)\]: ?"
 # docker compose's service column (`vllm-1  | `, `llm_server_1 | `) in front of any output.
 COMPOSE = r"[A-Za-z0-9][\w.-]{0,80} +\| "
 # A tag some launchers print between the process prefix and the level (vllm-omni `[Stage-0] `).
 TAG = r"(?:\[[A-Za-z][A-Za-z0-9_.-]*\] )?"
 # `INFO 05-09 00:49:33 scheduler.py:1057] ` (<= v0.7.3) and `INFO 05-09 00:49:33 [loggers.py:116] `
-# (v0.8.0+). The level is optional because pastes lose leading characters.
-HEADER = (
-    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) )?(?P<mon>[01]\d)-(?P<day>[0-3]\d) "
-    r"(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d) \[?(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?"
+# (v0.8.0+). The level is optional because pastes lose leading characters; the space after
+# `]` is not: every era's format has it (`%(lineno)d] %(message)s`), and vLLM prints ASCII
+# digits (`[0-9]`, not `\d`: any script's digits to both engines). One text for both paths:
+# the router counts HEADER_CORE, the per-line path reads HEADER (the same without groups).
+_HEADER_TIME = (
+    r"(?P<mon>[01][0-9])-(?P<day>[0-3][0-9]) (?P<hms>[0-2][0-9]:[0-5][0-9]:[0-6][0-9]) "
 )
+_HEADER_AT = r"\[?(?P<file>[^\]\s:]+):(?P<lineno>[0-9]+)\] "
+HEADER = r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) )?" + _HEADER_TIME + _HEADER_AT
+
+
+def no_groups(pattern: str) -> str:
+    """The pattern with its named groups as plain ones (the same matches)."""
+    return re.sub(r"\(\?P<[a-z_]+>", "(?:", pattern)
+
+
 # vLLM's year-less local time, `MM-DD HH:MM:SS ` (every text-format version).
-TIMESTAMP = r"[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-6][0-9] "
+TIMESTAMP = no_groups(_HEADER_TIME)
 # The timestamp-and-location core, for counting records glued on one physical line.
-HEADER_CORE = TIMESTAMP + r"\[?[^\]\s:]+:\d+\] "
+HEADER_CORE = no_groups(_HEADER_TIME + _HEADER_AT)
 # The location after the timestamp, `[file:line]` or `file:line]`.
 LOCATION = r"^\[?(?P<file>[^\] :]+):(?P<lineno>[0-9]+)\]"
 # Within the text in front of a level: the last process prefix (the innermost of nested Ray
-# prefixes), a `[rankN]:` prefix, a container timestamp at the start.
+# prefixes; its leading `(` lost in a paste, as PROCESS has it), a `[rankN]:` prefix, a
+# container timestamp at the start.
 LAST_PROCESS = (
-    r"\((?P<proc>[A-Za-z_][^()]*?(?:\([^()]*\)[^()]*?)?),? pid=(?P<pid>[0-9]+)"
+    r"(?:\(|^)(?P<proc>[A-Za-z_][^()]*?(?:\([^()]*\)[^()]*?)?),? pid=(?P<pid>[0-9]+)"
     r"(?:, ip=[^)]*)?\)[^()]*$"
 )
 RANK_PREFIX = r"\[(rank[0-9]+)\]:"
@@ -67,8 +81,10 @@ LEADING_WRAPPER_TS = (
 UVICORN_LEVEL = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
 # The whole envelope in front of a vLLM-formatted message: optional container timestamp,
 # anything (compose prefix, VLLM_LOGGING_PREFIX, tqdm output), optional process prefix, header.
+# The process is the last prefix before the header, with text but no parentheses between
+# (a container timestamp, a tag), as LAST_PROCESS and the per-line path read it.
 ENVELOPE = (
-    rf"^(?:{WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{PROCESS}|{RANK})?"
+    rf"^(?:{WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{PROCESS}[^()\n]*?|{RANK})?"
     rf"(?:\x1b\[[0-9;]*m)?{TAG}[^\s(]*?{HEADER}"
 )
 # A vLLM header whose timestamp was elided by the user (`INFO ... [gpu_worker.py:489] `,

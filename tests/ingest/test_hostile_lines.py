@@ -46,6 +46,8 @@ def _reference_classify(message: str, known: bool) -> tuple[str, dict[str, Any]]
     if _classify.STATS_START_RE.match(message) or message.startswith("Throughput: "):
         return "scheduler_stats", _classify.stats_fields(message[: _classify.STATS_BUDGET])
     for row, pattern in _classify.ROW_RES:
+        if row.kind == "requests" and not known:
+            continue  # (since: request rows behind a known envelope only)
         match = pattern.match(message)
         if match is None and not known and row.bare_ok:
             match = _reference_bare_match(pattern, message)
