@@ -168,6 +168,7 @@ def _route(
     routed, odd_parts = _cascade(df, before)
     if too_long is not None:
         routed["cut"] = [too_long]
+
     def physical(lines: pl.Series) -> pl.Series:
         return raw.gather(lines - first_line).str.strip_chars_end("\r\n")
 

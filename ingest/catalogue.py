@@ -47,9 +47,7 @@ TAG = r"(?:\[[A-Za-z][A-Za-z0-9_.-]*\] )?"
 # `]` is not: every era's format has it (`%(lineno)d] %(message)s`), and vLLM prints ASCII
 # digits (`[0-9]`, not `\d`: any script's digits to both engines). One text for both paths:
 # the router counts HEADER_CORE, the per-line path reads HEADER (the same without groups).
-_HEADER_TIME = (
-    r"(?P<mon>[01][0-9])-(?P<day>[0-3][0-9]) (?P<hms>[0-2][0-9]:[0-5][0-9]:[0-6][0-9]) "
-)
+_HEADER_TIME = r"(?P<mon>[01][0-9])-(?P<day>[0-3][0-9]) (?P<hms>[0-2][0-9]:[0-5][0-9]:[0-6][0-9]) "
 _HEADER_AT = r"\[?(?P<file>[^\]\s:]+):(?P<lineno>[0-9]+)\] "
 HEADER = r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) )?" + _HEADER_TIME + _HEADER_AT
 
