@@ -143,10 +143,10 @@ def reduce_paths(
                 # The rows go to blocks (_Kept), the counts and names to the file's LogFrames:
                 # regrowing one frame per kind copied it whole at each compaction, and the
                 # copies left holes the next chunks could not fill (RSS grew with the file).
-                kept = kept_frames.setdefault(path, {})
+                kinds = kept_frames.setdefault(path, {})
                 for kind, frame in piece.frames.items():
                     if frame.height:
-                        kept.setdefault(kind, _Kept()).add(frame)
+                        kinds.setdefault(kind, _Kept()).add(frame)
                 piece.frames = {}
                 if path in results:
                     results[path].extend(piece)
