@@ -418,9 +418,10 @@ class _Run(Batch):
         # under 3 of the last step: not worth the attempt.
         if limit - clock <= 3.0 * last_step:
             return
+        room = self.free - (self.kv_wait_floor(nr) if kv_blocked else 0)
         ff = fast_forward_decode(
             nr, self.r_comp, self.r_gen, self.r_ntok, self.r_blk, self.r_tgt, self.cost,
-            self.bs, self.free, clock, limit,
+            self.bs, room, clock, limit,
         )  # fmt: skip
         if ff is None:
             return
