@@ -399,6 +399,8 @@ class Batch:
         lz.lag = lag + steps
         self.free -= int(used_new[-1])
         self.clock = float(ends[-1])
+        if kv_blocked:
+            self.blocked_head_budget(nr)
 
     def lazy_run(self) -> int:
         """The quiet lazy steps from now, at once; returns how many (0: none worth it).
@@ -560,6 +562,23 @@ class Batch:
         # (total - free + freed_total) is at most pos + count minus them.
         kept = -(-uncached // self.bs)
         return max(self.total_blocks + self.freed_total - pos - count + kept, 0)
+
+    def blocked_head_budget(self, running: int) -> None:
+        """budget_needed as the plain steps of a decode run taken at once record it.
+
+        Each of them checks the head of the queue, refused KV blocks, against the budget
+        again; a resumed head's hit only shrinks meanwhile, so the last step needs the most
+        (or, with chunked prefill, cuts it to a partial prefill).
+        """
+        r = self.waiting.peek()
+        if r not in self.cached:
+            return  # a fresh head needs the same tokens every step: already recorded
+        tokens = int(self.ntok[r]) - self.cache_hit(r, self.free)
+        budget = self.max_batched - running
+        if tokens <= budget:
+            self.budget_needed = max(self.budget_needed, self.max_batched - budget + tokens)
+        elif self.chunked:
+            self.budget_needed = self.max_batched + 1  # a partial prefill
 
     def release(self, blocks: int) -> None:
         """Blocks appended to the free queue's tail (a finish or a preemption)."""
