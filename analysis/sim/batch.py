@@ -419,7 +419,7 @@ class Batch:
         if steps < QUIET_RUN_MIN or self.plain_like:
             return 0
         waiting = self.waiting
-        blocked = False
+        blocked, blocked_need = False, 0
         budget_left = self.max_batched - dec
         arrivals_count = budget_left > 0 and dec < self.max_seqs  # lazy_step looks at the head
         if arrivals_count and len(waiting):
@@ -437,8 +437,7 @@ class Batch:
                 wm = self.watermark_blocks
                 if -(-tokens // bs) + wm <= free_left:
                     return 0  # admitted in this step
-                blocked = True
-                self.budget_needed = max(self.budget_needed, dec + tokens)
+                blocked, blocked_need = True, dec + tokens  # each step checks it again
             arrivals_count = self.policy_priority  # a new arrival may become the head
         horizon = self.until if self.until is not None else np.inf
         if arrivals_count and self.next_arr < self.n:
@@ -467,6 +466,7 @@ class Batch:
             steps = min(steps, int(np.searchsorted(starts, arrival[nxt], side="left")))
         if steps < 1:
             return 0
+        self.budget_needed = max(self.budget_needed, blocked_need)  # only if steps are taken
         starts, ends, used = starts[:steps], ends[1 : steps + 1], used[:steps]
         # Arrivals join the queue before the step that starts at or after them.
         joined = np.searchsorted(arrival, starts, side="right") - nxt
