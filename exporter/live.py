@@ -33,7 +33,7 @@ LOG = logging.getLogger("preemptscope.exporter.live")
 # (the startup lines give KV capacity and max_num_seqs for the advice), but bounded.
 STICKY_KINDS = ("config", "kv_capacity")
 STICKY_ROWS = 500
-# Kinds analyze() does not read are counted (lines, unrecognized) but not kept in memory.
+# Kinds analyze() does not read are counted (lines, records) but not kept in memory.
 UNUSED_KINDS = ("access", "other", "unrecognized")
 # Memory and analysis time stay bounded on very busy logs: the newest rows per kind win.
 MAX_ROWS_PER_KIND = 200_000
@@ -205,13 +205,14 @@ class LiveState:
                     self._latest_data = newest
                 latest = newest.timestamp()
                 totals.last_event["log"] = max(totals.last_event.get("log", 0.0), latest)
-            for kind in UNUSED_KINDS:
-                if kind in frames.frames and frames.frames[kind].height:
-                    frames.frames[kind] = frames.frames[kind].clear()
             # Request lines go through the batch path's reducer: only open requests and one
-            # row per request are kept (ingest/reduce.py).
+            # row per request are kept (ingest/reduce.py). It counts the rows it drops.
             reducer = self._reducers.setdefault((name, frames.source), LogReducer())
             frames, arrivals, joined = reducer.add(frames)
+            for kind in UNUSED_KINDS:
+                if kind in frames.frames and frames.frames[kind].height:
+                    _count_dropped(frames.summarized, kind, frames.frames[kind].height)
+                    frames.frames[kind] = frames.frames[kind].clear()
             frames.arrivals, frames.joined = arrivals.drop("source"), joined.drop("source")
             self._logs.setdefault((name, frames.source), []).append(frames)
             self._dirty = True
@@ -430,19 +431,27 @@ def _prune_logs(batches: list[LogFrames], cutoff: datetime) -> LogFrames:
             continue
         frame = pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0]
         if kind in STICKY_KINDS:
-            frame = frame.tail(STICKY_ROWS)
+            kept = frame.tail(STICKY_ROWS)
         elif "timestamp" in frame.columns:
             # Rows without a time of their own cannot be placed in a window: dropped here
             # (they are counted in the line totals all the same).
-            frame = frame.filter(pl.col("timestamp") >= cutoff).tail(MAX_ROWS_PER_KIND)
+            kept = frame.filter(pl.col("timestamp") >= cutoff).tail(MAX_ROWS_PER_KIND)
         else:
-            frame = frame.tail(STICKY_ROWS)
-        merged.frames[kind] = frame
+            kept = frame.tail(STICKY_ROWS)
+        # What a source's records say is every row since the start, as its line counts.
+        _count_dropped(merged.summarized, kind, frame.height - kept.height)
+        merged.frames[kind] = kept
     for name, schema, column in (("arrivals", ARRIVALS, "timestamp"), ("joined", JOINED, "start")):
         rows = [getattr(b, name) for b in batches if getattr(b, name) is not None]
         kept = pl.concat(rows) if rows else pl.DataFrame(schema=schema)
         setattr(merged, name, kept.filter(pl.col(column) >= cutoff).tail(MAX_ROWS_PER_KIND))
     return merged
+
+
+def _count_dropped(summarized: dict[str, int], kind: str, rows: int) -> None:
+    """Count `rows` of `kind` no longer kept as records all the same (LogFrames.summarized)."""
+    if rows:
+        summarized[kind] = summarized.get(kind, 0) + rows
 
 
 def _appended(kept: pl.DataFrame | None, rows: pl.DataFrame) -> pl.DataFrame | None:

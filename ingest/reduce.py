@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 import polars as pl
 from preemptscope.ingest.lifecycle import RequestJoin
 from preemptscope.ingest.logs import REDUCED, ParseOptions, ReadLimits, iter_parse_path
-from preemptscope.ingest.schema import ARRIVALS, JOINED, LogFrames
+from preemptscope.ingest.schema import ARRIVALS, FRAME_SCHEMAS, JOINED, LogFrames, empty
 
 __all__ = ["UNRECOGNIZED_KEPT", "LogReducer", "reduce_paths"]
 
@@ -111,6 +111,7 @@ def reduce_paths(
     # settle (what the analysis reads).
     kept_arrivals: dict[str, _Kept] = {}
     kept_joined: dict[str, _InStartOrder] = {}
+    kept_frames: dict[str, dict[str, _Kept]] = {}  # path -> kind -> its rows
 
     def add(part: LogFrames) -> tuple[LogFrames, pl.DataFrame, pl.DataFrame, datetime | None]:
         # In the join's thread, right after the chunk: what no later JOINED row starts before.
@@ -130,7 +131,6 @@ def reduce_paths(
         pending: deque[
             tuple[str, Future[tuple[LogFrames, pl.DataFrame, pl.DataFrame, datetime | None]]]
         ] = deque()
-        done = [0]  # chunks collected
 
         def collect(limit: int) -> None:
             while len(pending) > limit:
@@ -140,13 +140,18 @@ def reduce_paths(
                 if watermark is not None:
                     for kept in kept_joined.values():
                         kept.release(watermark)
+                # The rows go to blocks (_Kept), the counts and names to the file's LogFrames:
+                # regrowing one frame per kind copied it whole at each compaction, and the
+                # copies left holes the next chunks could not fill (RSS grew with the file).
+                kept = kept_frames.setdefault(path, {})
+                for kind, frame in piece.frames.items():
+                    if frame.height:
+                        kept.setdefault(kind, _Kept()).add(frame)
+                piece.frames = {}
                 if path in results:
                     results[path].extend(piece)
                 else:
                     results[path] = piece
-                done[0] += 1
-                if done[0] % COMPACT_EVERY == 0:
-                    results[path].rechunk()
 
         for path in sorted(dict.fromkeys(paths), key=lambda p: (_mtime(p), p)):
             for part in iter_parse_path(
@@ -159,6 +164,11 @@ def reduce_paths(
                 results[path] = LogFrames(source=path, deployment=deployment, timezone=options.tz)
     route(*reducer.close())
     for path, frames in results.items():
+        kinds = kept_frames.get(path, {})
+        frames.frames = {
+            kind: kinds[kind].frame(schema) if kind in kinds else empty(kind)
+            for kind, schema in FRAME_SCHEMAS.items()
+        }
         frames.arrivals = kept_arrivals.get(path, _Kept()).frame(ARRIVALS)
         frames.joined = kept_joined.get(path, _InStartOrder()).frame(JOINED)
     return [results[p] for p in dict.fromkeys(paths)]
