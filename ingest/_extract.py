@@ -173,12 +173,22 @@ for _row in cat.REQUEST_ROWS:
     _REQ_EVENTS.setdefault(_row.literal.strip(), _row.constants["event"])
 assert all(re.fullmatch(r"[A-Za-z ]+", lead) for lead in _REQ_EVENTS)
 _DELTA = " (streaming delta):"  # after the id of a `Generated response` delta
-# The lead words as `_REQ_LEAD` extracts them (with their space, `(s)` or not): their event.
+# The lead words (with their space, `(s)` or not): their event.
 _LEAD_EVENTS = {
     f"{lead}{plural} ": event for lead, event in _REQ_EVENTS.items() for plural in ("", "(s)")
 }
 # `Aborted request(s) a,b.` (v0.10.1+); no lead starts another, so at most one matches.
-_REQ_LEAD = "^(" + "|".join(_REQ_EVENTS) + r")(?:\(s\))? "
+# The message may start with the header's space: the words are matched with it.
+_REQ_WORDS = "^ ?(?:" + "|".join(_REQ_EVENTS) + r")(?:\(s\))? "
+_WORDS_EVENTS = {
+    f"{space}{words}": event for words, event in _LEAD_EVENTS.items() for space in ("", " ")
+}
+# Every text the words pattern matches has its event (so a request id is null where the
+# event is, and needs no condition).
+assert all(re.fullmatch(_REQ_WORDS[1:], words) for words in _WORDS_EVENTS)
+assert len(_WORDS_EVENTS) == 4 * len(_REQ_EVENTS)
+_ID_END = r"[ :,\r\n]"  # what ends an id (as `_word` cuts it); the delta suffix starts with one
+assert _DELTA[0] == " "
 
 
 def _by_distinct(
@@ -253,7 +263,9 @@ def _chars(text: pl.Expr, offset: pl.Expr, ascii: bool) -> pl.Expr:
     )
 
 
-def _header_columns(frame: pl.DataFrame, ascii: bool, locations: bool = True) -> pl.DataFrame:
+def _header_columns(
+    frame: pl.DataFrame, ascii: bool | None, locations: bool = True
+) -> pl.DataFrame:
     """Envelope of lines with exactly one vLLM header, plus `_msg_at` (message offset), and
     with `locations` the logger's file and line.
 
@@ -262,26 +274,32 @@ def _header_columns(frame: pl.DataFrame, ascii: bool, locations: bool = True) ->
     is its last but one byte, so when the text up to a line's first `] ` holds a header, it
     is that line's first header and ends there: the same columns as the line's own. Lines
     whose first `] ` ends no header (a `] ` in a prefix) are taken apart one by one.
+    `ascii`: whether every line is ASCII (`_ascii`), None when not known yet.
     """
     if frame.height <= SMALL_FRAME:
-        return _header_rows(frame, ascii, locations)
+        return _header_rows(frame, _ascii(frame) if ascii is None else ascii, locations)
     raw = pl.col("raw")
-    end = _chars(raw, raw.str.find("] ", literal=True).cast(pl.Int64), ascii)
-    frame = frame.with_columns(raw.str.slice(0, end + 2).alias("_key"))
-    keys = frame.select(pl.col("_key").drop_nulls().unique().alias("raw"))
-    built = _header_rows(keys, _ascii(keys), locations).filter(
-        pl.col("_msg_at") == pl.col("raw").str.len_chars().cast(pl.Int64) - 1
+    # The envelope as bytes, cut at the byte offset `str.find` gives (a string slice wants
+    # characters, which costs knowing whether the line is ASCII): text up to an ASCII `] `
+    # is whole UTF-8.
+    end = raw.str.find("] ", literal=True).cast(pl.Int64)
+    frame = frame.with_columns(raw.cast(pl.Binary).bin.slice(0, end + 2).alias("_env"))
+    keys = frame.select(pl.col("_env").drop_nulls().unique())
+    keys = keys.with_columns(pl.col("_env").cast(pl.String).alias("raw"))
+    built = (
+        _header_rows(keys, _ascii(keys), locations)
+        .filter(pl.col("_msg_at") == pl.col("raw").str.len_chars().cast(pl.Int64) - 1)
+        .drop("raw")
     )
-    joined = frame.join(
-        built.rename({"raw": "_key"}), on="_key", how="left", maintain_order="left"
-    ).drop("_key")
+    joined = frame.join(built, on="_env", how="left", maintain_order="left").drop("_env")
     missed = joined["_msg_at"].is_null()
     if not missed.any():
         return joined
     index = missed.arg_true()
-    redone = _header_rows(frame.drop("_key").gather(index), ascii, locations)
+    odd = frame.drop("_env").gather(index)
+    redone = _header_rows(odd, _ascii(odd) if ascii is None else ascii, locations)
     return joined.with_columns(
-        joined[name].scatter(index, redone[name]) for name in built.columns if name != "raw"
+        joined[name].scatter(index, redone[name]) for name in built.columns if name != "_env"
     )
 
 
@@ -338,33 +356,43 @@ def _word(text: pl.Expr, ascii: bool, delimiters: str = r"[ :,\r\n]") -> pl.Expr
 
 
 def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
-    # The message starts with the row's lead words and the id: positions, no capture regex.
-    # Each step is a column of its own: an eager select computes a shared sub-expression once
-    # per use, and these run on millions of rows.
-    head = pl.col("raw").str.slice(pl.col("_msg_at"), 200).str.strip_prefix(" ")
-    ascii = _ascii(sub)
-    # The logger's location is not a column of request rows: only the message offset.
-    frame = _header_columns(sub, ascii, locations=False).with_columns(head.alias("_head"))
-    message = pl.col("_head")
-    # The lead words once per row (one regex pass); the event is looked up from them.
-    frame = frame.with_columns(message.str.extract(_REQ_LEAD, 0).alias("_words"))
+    # The message starts with the row's lead words and the id: positions and anchored regexes
+    # with no capture group (a capture runs the slow engine over the id: 5x the cost), on
+    # the first 200 characters of the message. Each step is a column of its own: an eager
+    # select computes a shared sub-expression once per use, and these run on millions of
+    # rows; each string column costs ~50 ns a row, so there are few.
+    frame = _header_columns(sub, None, locations=False).with_columns(
+        pl.col("raw").str.slice(pl.col("_msg_at"), 200).alias("_head")
+    )
+    # The lead words with the space before them (the header's `] `), if any: one regex pass;
+    # the event is looked up from them.
+    frame = frame.with_columns(pl.col("_head").str.extract(_REQ_WORDS, 0).alias("_words"))
     words = pl.col("_words")
     frame = frame.with_columns(
-        words.replace_strict(_LEAD_EVENTS, default=None, return_dtype=pl.String).alias("_event"),
-        message.str.slice(words.str.len_chars()).alias("_after"),
+        words.replace_strict(_WORDS_EVENTS, default=None, return_dtype=pl.String).alias("_event"),
+        pl.col("_head").str.slice(words.str.len_chars()).alias("_after"),
     )
-    frame = frame.with_columns(_word(pl.col("_after"), ascii).alias("_id"))
+    after = pl.col("_after")
     event = pl.col("_event")
+    # The id runs to the first delimiter: cut as bytes at the byte offset `str.find` gives
+    # (text before an ASCII delimiter is whole UTF-8; a null end is the end of the text).
+    end = after.str.find(_ID_END).cast(pl.Int64)
+    frame = frame.with_columns(end.alias("_end"))
     # `Generated response X (streaming delta):` is a streamed request's progress, not its end
-    # (catalogue row generated_delta): the suffix right after the id says which.
-    suffix = pl.col("_after").str.slice(pl.col("_id").str.len_chars(), len(_DELTA))
-    delta = (event == "generated") & (suffix == _DELTA)
+    # (catalogue row generated_delta): the suffix right after the id says which. It starts
+    # with a delimiter, so its first occurrence is right after the id when it is there.
+    delta = (event == "generated") & (
+        after.str.find(_DELTA, literal=True).cast(pl.Int64) == pl.col("_end")
+    )
+    frame = frame.with_columns(
+        after.cast(pl.Binary).bin.slice(0, pl.col("_end")).cast(pl.String).alias("_id"),
+        delta.alias("_delta"),
+    )
     return frame.select(
         *_header_envelope(),
-        pl.when(delta).then(pl.lit("delta")).otherwise(event).alias("event"),
-        pl.when(event.is_not_null())
-        .then(pl.col("_id").str.strip_chars_end("."))
-        .alias("request_id"),
+        pl.when(pl.col("_delta")).then(pl.lit("delta")).otherwise(event).alias("event"),
+        # Null where the event is: the words match only forms `_WORDS_EVENTS` names.
+        pl.col("_id").str.strip_chars_end(".").alias("request_id"),
     )
 
 

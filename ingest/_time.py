@@ -274,6 +274,29 @@ def bulk_years(
     )
 
 
+def constant_bulk_year(
+    bulk: list[pl.Series], marks: pl.DataFrame, before: tuple[int, int | None]
+) -> int | None:
+    """The year `bulk_years` gives every bulk row, when it is one year for all (else None),
+    found without joining each row to the record before it.
+
+    `bulk` holds the bulk rows' `_mon` texts (rows without a container time), `marks` and
+    `before` are `bulk_years`'s. Every row then takes the year of a record before it (or
+    `before`'s): when all of those are one year and no row's month is six or more below any
+    of their months, no row steps into the next year.
+    """
+    year0, month0 = before
+    if marks["_year"].drop_nulls().ne(year0).any():
+        return None
+    high = max(int(marks["_m"].max() or 0), month0 or 0)  # type: ignore[arg-type]
+    for mon in bulk:
+        months = mon.cast(pl.Int32, strict=False)
+        low = months.min()
+        if months.null_count() or not isinstance(low, int) or high - low >= 6:
+            return None
+    return year0
+
+
 def _wrapper_utc(wts: pl.Expr) -> pl.Expr:
     """RFC3339 container timestamps (any fraction length, Z or an offset) as UTC."""
     return (
@@ -285,9 +308,14 @@ def _wrapper_utc(wts: pl.Expr) -> pl.Expr:
     )
 
 
-def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
+def stamp(
+    frame: pl.DataFrame, years: pl.DataFrame | None, tz: str, batch_year: int | None
+) -> pl.DataFrame:
     """Replace the helper columns (_mon, _day, _hms, _wts, _ats) by a UTC `timestamp`.
 
+    `years` (line, _year) holds the year of the frame's timestamped lines, or is None when
+    every one of them is `batch_year`; `batch_year` is the one year of the whole batch's
+    timestamped lines, None when they have several (or none).
     Local times repeat (many lines per second): each distinct one is parsed once. Container
     timestamps are all distinct: the usual `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` form is cut and
     parsed directly, only other forms go through the general RFC3339 path.
@@ -308,18 +336,18 @@ def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
         .str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", strict=False, time_unit="us")
         .dt.replace_time_zone("UTC")
     )
-    one_year = years["_year"].unique()
+    # No container time on any row (the usual log): no wrapper column to parse.
+    no_wts = frame["_wts"].null_count() == frame.height
     if (
         frame.height > SMALL_FRAME
-        and one_year.len() == 1
-        and one_year.null_count() == 0
+        and batch_year is not None
         and frame["_ats"].null_count() == frame.height
     ):
         # The usual batch: one year, no JSON times. Rows in line order repeat their local time
         # (many lines a second): each run of one (month, day, time) is parsed once and spread
         # back over its rows by the run's number, with no join and no string per row. Rows
         # without a time of their own (`_mon` null) get none, as before.
-        year = int(one_year[0])
+        year = batch_year
         text = pl.concat_str(
             [pl.lit(f"{year:04d}-"), pl.col("_mon"), pl.lit("-"), pl.col("_day"), pl.lit(" "),
              pl.col("_hms")]
@@ -327,14 +355,22 @@ def stamp(frame: pl.DataFrame, years: pl.DataFrame, tz: str) -> pl.DataFrame:
         runs = frame.select(pl.struct("_mon", "_day", "_hms").rle_id()).to_series()
         heads = frame.filter(runs.is_first_distinct()).select(local_utc(text)).to_series()
         frame = frame.with_columns(heads.gather(runs).alias("_local_utc"))
+        if no_wts:
+            timestamp = pl.col("_local_utc").cast(TIMESTAMP)
+            keep = [c for c in frame.columns if not c.startswith("_")]
+            return frame.select(*keep, timestamp.alias("timestamp"))
         frame = frame.with_row_index("_row").with_columns(zulu.alias("_wrapper"))
     else:
-        wanted = years.select("line", "_year")
-        if frame.height * 8 < wanted.height:
-            # A small kind beside the bulk of a batch (its few stats lines among 60,000
-            # request lines): a join would hash every year of the batch (7 ms a call).
-            wanted = wanted.filter(pl.col("line").is_in(frame["line"].implode()))
-        frame = frame.join(wanted, on="line", how="left", maintain_order="left")
+        if years is None:
+            assert batch_year is not None
+            frame = frame.with_columns(pl.lit(batch_year, dtype=pl.Int32).alias("_year"))
+        else:
+            wanted = years.select("line", "_year")
+            if frame.height * 8 < wanted.height:
+                # A small kind beside the bulk of a batch (its few stats lines among 60,000
+                # request lines): a join would hash every year of the batch (7 ms a call).
+                wanted = wanted.filter(pl.col("line").is_in(frame["line"].implode()))
+            frame = frame.join(wanted, on="line", how="left", maintain_order="left")
         frame = frame.with_row_index("_row")
         local_text = pl.concat_str(
             [

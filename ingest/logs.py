@@ -38,6 +38,7 @@ from preemptscope.ingest._time import (
     YearState,
     anchor_first,
     bulk_years,
+    constant_bulk_year,
     line_years,
     stamp,
     time_from_name,
@@ -164,34 +165,48 @@ def _date_and_stamp(
     options: ParseOptions,
     state: ParseState,
 ) -> None:
-    """Resolve the years of a batch's rows in order and store the stamped frames in `result`."""
-    stamped_rows = pl.concat(
-        [
-            frame.select("line", "_mon", "_day", "_hms", "_wts", "_bulk").filter(
-                pl.col("_mon").is_not_null()
-            )
-            for frame in kinds.values()
-        ]
-    ).sort("line")
-    anchor_first(
-        stamped_rows,
-        state.years,
-        carried=_carried_time(kinds) if options.year_from_content else None,
-        name_time=options.name_time,
-        tz=options.tz,
-        year=options.year,
-        start=options.start,
-        reference=options.reference_time,
-    )
-    assert state.years.base_year is not None or stamped_rows.height == 0
+    """Resolve the years of a batch's rows in order and store the stamped frames in `result`.
+
+    Records (stats, warnings, config, ...) are dated one by one; bulk rows (requests, access,
+    other: most of a batch) take the year of the record before them, which is one year for
+    all of them in the usual batch: then it is found from a few minimums, not row by row.
+    """
+    columns = ["line", "_mon", "_day", "_hms", "_wts", "_bulk"]
+    if state.years.base_year is None:
+        stamped_rows = pl.concat(
+            [frame.select(columns).filter(pl.col("_mon").is_not_null()) for frame in kinds.values()]
+        ).sort("line")
+        anchor_first(
+            stamped_rows,
+            state.years,
+            carried=_carried_time(kinds) if options.year_from_content else None,
+            name_time=options.name_time,
+            tz=options.tz,
+            year=options.year,
+            start=options.start,
+            reference=options.reference_time,
+        )
     before = (
         state.years.last_year
         if state.years.last_year is not None
         else (state.years.base_year or 1970) + state.years.rollovers,
         state.years.last_month,
     )
-    marks = stamped_rows.filter(~pl.col("_bulk").fill_null(False)).unique("line", keep="first")
-    years = line_years(
+    # Rows of the bulk path are flagged (`_bulk`); a kind is mostly one or the other.
+    flags = {kind: frame["_bulk"].fill_null(False) for kind, frame in kinds.items()}
+    has_bulk = {kind: bool(flag.any()) for kind, flag in flags.items()}
+    stamped = pl.col("_mon").is_not_null()
+    marks = (
+        pl.concat(
+            [
+                frame.select(columns).filter(stamped & ~pl.col("_bulk").fill_null(False))
+                for frame in kinds.values()
+            ]
+        )
+        .sort("line")
+        .unique("line", keep="first")
+    )
+    mark_years = line_years(
         marks.sort("line"),
         state.years,
         tz=options.tz,
@@ -199,8 +214,39 @@ def _date_and_stamp(
         start=options.start,
         reference=options.reference_time,
     )
-    bulk = stamped_rows.filter(pl.col("_bulk").fill_null(False)).unique("line", keep="first")
-    years = pl.concat([years, bulk_years(bulk.sort("line"), years, before)])
+    bulk_mon = []
+    constant = True
+    for kind, frame in kinds.items():
+        if not has_bulk[kind]:
+            continue
+        if not flags[kind].all() or frame["_wts"].null_count() != frame.height:
+            constant = False  # records among them, or container times: row by row
+            break
+        if frame["_mon"].null_count() < frame.height:
+            bulk_mon.append(frame["_mon"].drop_nulls())
+    assert state.years.base_year is not None or (marks.height == 0 and not bulk_mon)
+    year = constant_bulk_year(bulk_mon, mark_years, before) if constant else None
+    batch_year: int | None = year if mark_years.height or bulk_mon else None
+    # None: every timestamped row of the bulk kinds is `batch_year`.
+    years: pl.DataFrame | None = None if batch_year is not None else mark_years
+    if year is None:
+        bulk = (
+            pl.concat(
+                [
+                    frame.select(columns).filter(stamped & pl.col("_bulk").fill_null(False))
+                    for kind, frame in kinds.items()
+                    if has_bulk[kind]
+                ]
+                or [marks.clear()]
+            )
+            .sort("line")
+            .unique("line", keep="first")
+        )
+        years = pl.concat([mark_years, bulk_years(bulk.sort("line"), mark_years, before)])
+        one_year = years["_year"].unique()
+        batch_year = (
+            int(one_year[0]) if one_year.len() == 1 and one_year.null_count() == 0 else None
+        )
     if state.years.source is None and any(
         frame["_ats"].null_count() < frame.height for frame in kinds.values()
     ):
@@ -210,9 +256,13 @@ def _date_and_stamp(
         "deployment": pl.lit(deployment, dtype=pl.String).alias("deployment"),
     }
     for kind, frame in kinds.items():
-        stamped = stamp(frame, years, options.tz)
+        # A kind of records only looks its years up among the records' (a bulk row is never
+        # on a record's line).
+        stamped_frame = stamp(
+            frame, years if has_bulk[kind] else mark_years, options.tz, batch_year
+        )
         schema = FRAME_SCHEMAS[kind]
-        result.frames[kind] = stamped.select(
+        result.frames[kind] = stamped_frame.select(
             [names.get(name, pl.col(name)) for name in schema]
         ).cast(schema)
 

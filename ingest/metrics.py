@@ -31,14 +31,16 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import polars as pl
 from preemptscope.ingest.schema import METRIC_SAMPLES
 from prometheus_client.parser import text_string_to_metric_families
 
 from preemptscope.errors import InputError, ScrapeError
+
+if TYPE_CHECKING:  # imported where a scrape is made: every parse would pay ~0.1 s
+    import httpx
 
 __all__ = [
     "MAX_SCRAPE_BYTES",
@@ -491,6 +493,8 @@ def fetch_metrics_text(
     on it. (A connection reused from a caller's `client` pool is not seen connecting; there the
     deadline is checked between reads, each bounded by `timeout`.)
     """
+    import httpx
+
     deadline = time.monotonic() + timeout
     watchdog = _Watchdog(timeout)
     own = client is None

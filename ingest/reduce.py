@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 import polars as pl
 from preemptscope.ingest.lifecycle import RequestJoin
 from preemptscope.ingest.logs import REDUCED, ParseOptions, ReadLimits, iter_parse_path
-from preemptscope.ingest.schema import ARRIVALS, JOINED, LogFrames
+from preemptscope.ingest.schema import ARRIVALS, FRAME_SCHEMAS, JOINED, LogFrames, empty
 
 __all__ = ["UNRECOGNIZED_KEPT", "LogReducer", "reduce_paths"]
 
@@ -111,6 +111,7 @@ def reduce_paths(
     # settle (what the analysis reads).
     kept_arrivals: dict[str, _Kept] = {}
     kept_joined: dict[str, _InStartOrder] = {}
+    kept_frames: dict[str, dict[str, _Kept]] = {}  # path -> kind -> its rows
 
     def add(part: LogFrames) -> tuple[LogFrames, pl.DataFrame, pl.DataFrame, datetime | None]:
         # In the join's thread, right after the chunk: what no later JOINED row starts before.
@@ -130,7 +131,6 @@ def reduce_paths(
         pending: deque[
             tuple[str, Future[tuple[LogFrames, pl.DataFrame, pl.DataFrame, datetime | None]]]
         ] = deque()
-        done = [0]  # chunks collected
 
         def collect(limit: int) -> None:
             while len(pending) > limit:
@@ -140,13 +140,18 @@ def reduce_paths(
                 if watermark is not None:
                     for kept in kept_joined.values():
                         kept.release(watermark)
+                # The rows go to blocks (_Kept), the counts and names to the file's LogFrames:
+                # regrowing one frame per kind copied it whole at each compaction, and the
+                # copies left holes the next chunks could not fill (RSS grew with the file).
+                kinds = kept_frames.setdefault(path, {})
+                for kind, frame in piece.frames.items():
+                    if frame.height:
+                        kinds.setdefault(kind, _Kept()).add(frame)
+                piece.frames = {}
                 if path in results:
                     results[path].extend(piece)
                 else:
                     results[path] = piece
-                done[0] += 1
-                if done[0] % COMPACT_EVERY == 0:
-                    results[path].rechunk()
 
         for path in sorted(dict.fromkeys(paths), key=lambda p: (_mtime(p), p)):
             for part in iter_parse_path(
@@ -159,6 +164,11 @@ def reduce_paths(
                 results[path] = LogFrames(source=path, deployment=deployment, timezone=options.tz)
     route(*reducer.close())
     for path, frames in results.items():
+        kinds = kept_frames.get(path, {})
+        frames.frames = {
+            kind: kinds[kind].frame(schema) if kind in kinds else empty(kind)
+            for kind, schema in FRAME_SCHEMAS.items()
+        }
         frames.arrivals = kept_arrivals.get(path, _Kept()).frame(ARRIVALS)
         frames.joined = kept_joined.get(path, _InStartOrder()).frame(JOINED)
     return [results[p] for p in dict.fromkeys(paths)]
@@ -190,14 +200,31 @@ class _Kept:
     def add(self, part: pl.DataFrame) -> None:
         self.recent.append(part)
         if len(self.recent) >= COMPACT_EVERY:
-            self.blocks.append(pl.concat(self.recent, rechunk=True))
+            self.blocks.append(_block(self.recent))
             self.recent = []
 
     def frame(self, schema: pl.Schema) -> pl.DataFrame:
         """The rows, in the order they settled (readers sort). Not made contiguous: a copy
         would hold them twice at the end of the biggest files."""
-        parts = self.blocks + self.recent
+        if self.recent:  # a block too: blocks' constant columns concatenate as constants
+            self.blocks.append(_block(self.recent))
+            self.recent = []
+        parts = self.blocks
         return pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=schema)
+
+
+def _block(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The parts as one contiguous frame, a column of one value (a file's pid, source and
+    deployment, a kind's unused fields) held as that value once: 4 of the 29 bytes of a
+    request's JOINED row, and what blocks of the same constants concatenate to."""
+    block = pl.concat(parts, rechunk=True)
+    constants = []
+    for name in block.columns:
+        column = block[name]
+        nulls = column.null_count()
+        if nulls == column.len() or (nulls == 0 and column.n_unique() == 1):
+            constants.append(pl.lit(column.head(1)).first().alias(name))
+    return block.with_columns(constants) if constants else block
 
 
 # How long before the newest time read a request not yet read may still start (lines of

@@ -204,29 +204,30 @@ class Batch:
         while len(waiting) and budget_left > 0 and dec + len(picks) < self.max_seqs:
             r = waiting.peek()
             tokens = int(ntok[r])
-            if tokens > budget_left:
-                # A partial prefill is the plain step's; so is a resumed request's check
-                # against the budget less its hit when this step stands for a plain one.
-                if self.chunked or ((as_plain or self.plain_like) and r in self.cached):
+            # vLLM looks up the prefix cache first and checks the budget with what is left
+            # to compute (scheduler.py: num_tokens - num_computed_tokens): a resumed request
+            # gets its own surviving blocks back.
+            resumed = r in self.cached
+            hit = self.cache_hit(r, free_left) if resumed else 0
+            if tokens - hit > budget_left:
+                if self.chunked:  # a partial prefill is the plain step's
                     for req, _, _ in reversed(picks):
                         waiting.unpop(req)
                     return False
                 break
-            self.budget_needed = max(self.budget_needed, self.max_batched - budget_left + tokens)
+            self.budget_needed = max(
+                self.budget_needed, self.max_batched - budget_left + tokens - hit
+            )
             nb = -(-tokens // bs)
             wm = self.watermark_blocks if dec + len(picks) else 0
-            hit = 0
-            if r in self.cached:
-                # A resumed request may hit its own blocks. The plain step admits it (its
-                # whole sequence fits the budget, so the gate is the same); the step stands
-                # for that plain step and the ones after it (see plain_like).
+            if resumed:
+                # The step stands for the plain step that resumes (or refuses) it and the
+                # ones after it (see plain_like).
                 if self.record_tokens:  # tokens in the plain step's order: take it
                     for req, _, _ in reversed(picks):
                         waiting.unpop(req)
                     return False
                 as_plain = True
-                if nb + wm <= free_left:
-                    hit = self.cache_hit(r, free_left)
             if nb + wm > free_left:
                 blocked = True
                 break
@@ -387,7 +388,8 @@ class Batch:
         j = np.arange(1, steps + 1, dtype=np.int64)
         rho = np.arange(bs, dtype=np.int64)
         used_new = ((rho[None, :] + j[:, None]) // bs) @ residue_counts
-        steps = min(steps, int(np.searchsorted(used_new, self.free, side="right")))
+        room = self.free - (self.kv_wait_floor(nr) if kv_blocked else 0)
+        steps = min(steps, int(np.searchsorted(used_new, room, side="right")))
         if steps < 1:
             return
         ends, used_new = ends[:steps], used_new[:steps]
@@ -397,6 +399,8 @@ class Batch:
         lz.lag = lag + steps
         self.free -= int(used_new[-1])
         self.clock = float(ends[-1])
+        if kv_blocked:
+            self.blocked_head_budget(nr)
 
     def lazy_run(self) -> int:
         """The quiet lazy steps from now, at once; returns how many (0: none worth it).
@@ -415,23 +419,25 @@ class Batch:
         if steps < QUIET_RUN_MIN or self.plain_like:
             return 0
         waiting = self.waiting
-        blocked = False
+        blocked, blocked_need = False, 0
         budget_left = self.max_batched - dec
         arrivals_count = budget_left > 0 and dec < self.max_seqs  # lazy_step looks at the head
         if arrivals_count and len(waiting):
             r = waiting.peek()
             tokens = int(self.ntok[r])
-            if tokens > budget_left:
+            free_left = self.free - lz.residues[-lag0 % bs]
+            resumed = r in self.cached
+            if tokens - (self.cache_hit(r, free_left) if resumed else 0) > budget_left:
                 if self.chunked:
                     return 0  # a partial prefill: lazy_step refuses it
+                # It waits for the budget throughout: its hit only shrinks as blocks go.
             else:
-                if r in self.cached:
+                if resumed:
                     return 0
                 wm = self.watermark_blocks
-                if -(-tokens // bs) + wm <= self.free - lz.residues[-lag0 % bs]:
+                if -(-tokens // bs) + wm <= free_left:
                     return 0  # admitted in this step
-                blocked = True
-                self.budget_needed = max(self.budget_needed, dec + tokens)
+                blocked, blocked_need = True, dec + tokens  # each step checks it again
             arrivals_count = self.policy_priority  # a new arrival may become the head
         horizon = self.until if self.until is not None else np.inf
         if arrivals_count and self.next_arr < self.n:
@@ -460,6 +466,7 @@ class Batch:
             steps = min(steps, int(np.searchsorted(starts, arrival[nxt], side="left")))
         if steps < 1:
             return 0
+        self.budget_needed = max(self.budget_needed, blocked_need)  # only if steps are taken
         starts, ends, used = starts[:steps], ends[1 : steps + 1], used[:steps]
         # Arrivals join the queue before the step that starts at or after them.
         joined = np.searchsorted(arrival, starts, side="right") - nxt
@@ -533,6 +540,45 @@ class Batch:
         freed = -(-(base + lag) // self.bs)
         self.release(freed)
         return freed
+
+    def kv_wait_floor(self, running: int) -> int:
+        """Free blocks below which the head of the queue, refused KV blocks now, would be
+        refused for the budget instead (0: it never would).
+
+        Without chunked prefill a resumed request is checked against the budget less its
+        cache hit, and the hit shrinks as allocations pass its blocks in the free queue: a
+        run of decode steps taken at once stops where the step's kv_blocked would turn.
+        """
+        if self.chunked or not self.cached or not len(self.waiting):
+            return 0
+        seg = self.cached.get(self.waiting.peek())
+        if seg is None:
+            return 0
+        pos, count, _ = seg
+        uncached = int(self.ntok[self.waiting.peek()]) - (self.max_batched - running)
+        if uncached <= 0:
+            return 0  # its whole sequence fits the budget, hit or not
+        # cache_hit keeps >= ceil(uncached / bs) blocks while the queue's head
+        # (total - free + freed_total) is at most pos + count minus them.
+        kept = -(-uncached // self.bs)
+        return max(self.total_blocks + self.freed_total - pos - count + kept, 0)
+
+    def blocked_head_budget(self, running: int) -> None:
+        """budget_needed as the plain steps of a decode run taken at once record it.
+
+        Each of them checks the head of the queue, refused KV blocks, against the budget
+        again; a resumed head's hit only shrinks meanwhile, so the last step needs the most
+        (or, with chunked prefill, cuts it to a partial prefill).
+        """
+        r = self.waiting.peek()
+        if r not in self.cached:
+            return  # a fresh head needs the same tokens every step: already recorded
+        tokens = int(self.ntok[r]) - self.cache_hit(r, self.free)
+        budget = self.max_batched - running
+        if tokens <= budget:
+            self.budget_needed = max(self.budget_needed, self.max_batched - budget + tokens)
+        elif self.chunked:
+            self.budget_needed = self.max_batched + 1  # a partial prefill
 
     def release(self, blocks: int) -> None:
         """Blocks appended to the free queue's tail (a finish or a preemption)."""

@@ -418,9 +418,10 @@ class _Run(Batch):
         # under 3 of the last step: not worth the attempt.
         if limit - clock <= 3.0 * last_step:
             return
+        room = self.free - (self.kv_wait_floor(nr) if kv_blocked else 0)
         ff = fast_forward_decode(
             nr, self.r_comp, self.r_gen, self.r_ntok, self.r_blk, self.r_tgt, self.cost,
-            self.bs, self.free, clock, limit,
+            self.bs, room, clock, limit,
         )  # fmt: skip
         if ff is None:
             return
@@ -433,6 +434,8 @@ class _Run(Batch):
             self.tok_req.append(np.tile(self.r_id[:nr], len(ends)))
             self.tok_time.append(np.repeat(ends, nr))
         self.clock = float(ends[-1])
+        if kv_blocked:
+            self.blocked_head_budget(nr)
 
     def result(self) -> SimResult:
         if self.record_tokens and self.tok_req:

@@ -290,14 +290,15 @@ def fast_forward_decode(
     r_tgt: IntArray,
     cost: StepCostModel | FittedStepCost,
     bs: int,
-    free: int,
+    room: int,
     clock: float,
     limit: float,
 ) -> tuple[FloatArray, IntArray] | None:
     """Advance a pure-decode batch by as many steps as provably change nothing else.
 
     Stops before: the first completion, the first step starting at or after `limit` (next
-    arrival or end), and the first step whose new blocks would not fit. Mutates the batch
+    arrival or end), and the first step whose new blocks would exceed `room` (the free
+    blocks, less any the waiting head needs kept for its step log to hold). Mutates the batch
     arrays; returns (step end times, cumulative new blocks after each step) or None.
     """
     c = r_comp[:nr].copy()  # a copy: r_comp is updated below
@@ -321,7 +322,7 @@ def fast_forward_decode(
     rho = np.arange(bs, dtype=np.int64)
     crossings = ((rho[None, :] + j[:, None]) // bs) @ residue_counts
     used_new = crossings - ((rho // bs) @ residue_counts) + base
-    fits = int(np.searchsorted(used_new, free, side="right"))
+    fits = int(np.searchsorted(used_new, room, side="right"))
     steps = min(steps, fits)
     if steps < 1:
         return None

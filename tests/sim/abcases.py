@@ -52,9 +52,10 @@ OUTPUT = LengthDist("lognormal", 512, 0.5, 16, 2048)
 def cases(quick: bool = False) -> list[Case]:
     """Workloads and settings that reach every path of the engine (quick: the test's subset).
 
-    Heavy and light preemption, fcfs and priority, with and without chunked prefill, prefix
-    caching, whole-prompt admission and a watermark, roofline and fitted step costs, a small
-    token budget and block size, tokens recorded or not, a time limit.
+    Heavy and light preemption, fcfs and priority, with and without chunked prefill (and a
+    budget that binds resumed requests), prefix caching, whole-prompt admission and a
+    watermark, roofline and fitted step costs, a small token budget and block size, tokens
+    recorded or not, a time limit.
     """
     a10g, l4 = GPU_PRESETS["A10G"], GPU_PRESETS["L4"]
     span = 120.0 if quick else 300.0
@@ -64,6 +65,25 @@ def cases(quick: bool = False) -> list[Case]:
     )
     short = synthetic(rate=12.0, duration=60.0 if quick else 240.0, seed=5)  # ~512 / ~256
     demo = demo_scenarios(duration=300.0 if quick else 600.0)[0]
+    # Prompts near max_model_len without chunked prefill (budget = max_model_len): resumed
+    # requests fit the budget only with their cache hit (tests/sim/test_lazy_decode.py).
+    near_max = LengthDist("lognormal", 220, 0.1, 16, 4096)
+    tight_out = LengthDist("lognormal", 60, 0.6, 4, 2048)
+    near = {
+        policy: synthetic(
+            rate=20.0,
+            duration=60.0,
+            seed=seed,
+            priorities=(0, 1, 2),
+            prompt=near_max,
+            output=tight_out,
+        )
+        for policy, seed in (("fcfs", 6), ("priority", 5))
+    }
+    near_config = SimConfig(
+        gpu=l4, num_gpu_blocks_override=200, block_size=8, max_num_seqs=64,
+        enable_chunked_prefill=False, max_model_len=256, max_num_batched_tokens=256,
+    )  # fmt: skip
     base = SimConfig(gpu=l4, max_num_seqs=64)
 
     def on_l4(**changes: Any) -> SimConfig:
@@ -100,6 +120,13 @@ def cases(quick: bool = False) -> list[Case]:
             prio,
             on_l4(scheduling_policy="priority", scheduler_reserve_full_isl=False),
             tokens,
+        ),
+        ("tiny-no-chunked-near-max-len", near["fcfs"], near_config, {}),
+        (
+            "tiny-no-chunked-near-max-len-priority",
+            near["priority"],
+            dataclasses.replace(near_config, scheduling_policy="priority"),
+            {},
         ),
         ("a10g-short-seqs256", short, SimConfig(gpu=a10g), {}),
         ("a10g-short-seqs16", short, SimConfig(gpu=a10g, max_num_seqs=16), {}),
