@@ -10,6 +10,12 @@ this process (best of 2, after a first run) and the cost per MB is compared with
 bench/hostile.py, where bench_hostile.py measures it properly (two sizes, a child process).
 
     python bench/hostile_search.py [--examples 80] [--mb 1] [--seed 1]
+
+With --agree, it searches instead for lines the router and the per-line path read apart
+(tests/ingest/test_hostile_agree.py's mixtures, --examples of them, from --seed) and prints
+the first one found, shrunk:
+
+    python bench/hostile_search.py --agree [--examples 3000] [--seed 7]
 """
 
 from __future__ import annotations
@@ -123,13 +129,41 @@ def _write_one(where: Path) -> Path:
     return path
 
 
+def _agree(examples: int, seed_value: int) -> None:
+    """Look for a mixture of lines the two ways of reading give different frames."""
+    sys.path.insert(0, str(HERE.parent))
+    from tests.ingest.test_hostile_agree import _assert_agree, mixtures
+
+    @seed(seed_value)
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(mixtures())
+    def probe(lines: list[str]) -> None:
+        _assert_agree(lines)
+
+    try:
+        probe()
+    except AssertionError as exc:
+        print("\n".join(getattr(exc, "__notes__", [])) or repr(exc))
+        sys.exit(1)
+    print(f"no disagreement in {examples} mixtures (seed {seed_value})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--examples", type=int, default=80)
     parser.add_argument("--mb", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--agree", action="store_true", help="router vs per-line path")
     args = parser.parse_args()
+    if args.agree:
+        _agree(args.examples, args.seed)
+        return
     size = int(args.mb * 1e6)
     where = Path(tempfile.mkdtemp(prefix="hostile-search-"))
     with contextlib.redirect_stdout(io.StringIO()):

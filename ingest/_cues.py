@@ -64,14 +64,6 @@ PLAIN_LITERALS = (
     r'Traceback \(most|During handling|The above exception|File "'
     r"|Error|Exception|Exit|Interrupt|Warning|%\||% Completed \|"
 )
-# Where a foreign envelope (cat.FOREIGN_ENVELOPES) may match: each one's start, as a superset.
-# The per-line path looks for them before uvicorn's level, anywhere in a line: an access
-# line that holds one (a paste glued two lines) is no access line to it.
-FOREIGN_CUE = (
-    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)? - |\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\s+(?:TRACE|DEBUG|INFO|WARN|ERROR) "
-    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^\s:]"
-)
 UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
 UVICORN_LITERALS = r"DEBUG:|INFO:|WARNING:|ERROR:|CRITICAL:"  # in every match of the probe
 

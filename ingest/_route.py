@@ -114,19 +114,12 @@ def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
     return shape.clone().scatter(others, http), shape
 
 
-# The access row right after uvicorn's `INFO:`, as the per-line path reads it (ACCESS_RE).
-_ACCESS_AT = re.escape(_ACCESS_LEVEL) + r"\s+" + cat.no_groups(cat.ACCESS_ROW.pattern)
-
-
-def _access_at_level(text: pl.Series) -> pl.Series:
-    """Lines whose first uvicorn level (`LEVEL:`) is the `INFO:` the access row follows, with
-    no ` - "` before it: where `_access_frame`'s positions are the per-line path's fields
-    (an access line glued after another uvicorn line, or a ` - "` in front, read the wrong
-    client or crashed)."""
-    at = text.str.find(_ACCESS_AT)
-    level = text.str.find(cat.UVICORN_LEVEL)
-    dash = text.str.find(_ACCESS_DASH, literal=True)
-    return ((at == level) & (dash > at)).fill_null(False)
+def _dash_after_level(text: pl.Series) -> pl.Series:
+    """Lines whose first ` - "` follows their first `INFO:`: the positions `_access_frame`
+    reads the client between (a ` - "` in front of `INFO:` made its slice negative: a
+    crash)."""
+    info = text.str.find(_ACCESS_LEVEL, literal=True)
+    return (text.str.find(_ACCESS_DASH, literal=True) > info).fill_null(False)
 
 
 def _route(
@@ -290,8 +283,7 @@ def _cascade(
         if header.any():
             header = header & text.str.contains(cat.HEADER_CORE)
         plain = shape.filter(http) & ~header
-        plain = _cues.both(plain, text, _access_at_level)
-        plain = _cues.both(plain, text, lambda sub: ~sub.str.contains(_cues.FOREIGN_CUE))
+        plain = _cues.both(plain, text, _dash_after_level)
         good, bad = split(access, plain)
         claim("access", good)
         rest = join(rest, bad)

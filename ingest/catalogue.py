@@ -80,9 +80,10 @@ UVICORN_LEVEL = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
 # The whole envelope in front of a vLLM-formatted message: optional container timestamp,
 # anything (compose prefix, VLLM_LOGGING_PREFIX, tqdm output), optional process prefix, header.
 # The process is the last prefix before the header, with text but no parentheses between
-# (a container timestamp, a tag), as LAST_PROCESS and the per-line path read it.
+# (a container timestamp, a tag), as LAST_PROCESS and the per-line path read it; a rank
+# anywhere before it.
 ENVELOPE = (
-    rf"^(?:{WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{PROCESS}[^()\n]*?|{RANK})?"
+    rf"^(?:{WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{PROCESS}[^()\n]*?|{RANK}[^\n]*?)?"
     rf"(?:\x1b\[[0-9;]*m)?{TAG}[^\s(]*?{HEADER}"
 )
 # A vLLM header whose timestamp was elided by the user (`INFO ... [gpu_worker.py:489] `,
