@@ -399,6 +399,8 @@ class Batch:
         lz.lag = lag + steps
         self.free -= int(used_new[-1])
         self.clock = float(ends[-1])
+        if kv_blocked:
+            self.blocked_head_budget(nr)
 
     def lazy_run(self) -> int:
         """The quiet lazy steps from now, at once; returns how many (0: none worth it).
@@ -417,7 +419,7 @@ class Batch:
         if steps < QUIET_RUN_MIN or self.plain_like:
             return 0
         waiting = self.waiting
-        blocked = False
+        blocked, blocked_need = False, 0
         budget_left = self.max_batched - dec
         arrivals_count = budget_left > 0 and dec < self.max_seqs  # lazy_step looks at the head
         if arrivals_count and len(waiting):
@@ -435,8 +437,7 @@ class Batch:
                 wm = self.watermark_blocks
                 if -(-tokens // bs) + wm <= free_left:
                     return 0  # admitted in this step
-                blocked = True
-                self.budget_needed = max(self.budget_needed, dec + tokens)
+                blocked, blocked_need = True, dec + tokens  # each step checks it again
             arrivals_count = self.policy_priority  # a new arrival may become the head
         horizon = self.until if self.until is not None else np.inf
         if arrivals_count and self.next_arr < self.n:
@@ -465,6 +466,7 @@ class Batch:
             steps = min(steps, int(np.searchsorted(starts, arrival[nxt], side="left")))
         if steps < 1:
             return 0
+        self.budget_needed = max(self.budget_needed, blocked_need)  # only if steps are taken
         starts, ends, used = starts[:steps], ends[1 : steps + 1], used[:steps]
         # Arrivals join the queue before the step that starts at or after them.
         joined = np.searchsorted(arrival, starts, side="right") - nxt
@@ -560,6 +562,23 @@ class Batch:
         # (total - free + freed_total) is at most pos + count minus them.
         kept = -(-uncached // self.bs)
         return max(self.total_blocks + self.freed_total - pos - count + kept, 0)
+
+    def blocked_head_budget(self, running: int) -> None:
+        """budget_needed as the plain steps of a decode run taken at once record it.
+
+        Each of them checks the head of the queue, refused KV blocks, against the budget
+        again; a resumed head's hit only shrinks meanwhile, so the last step needs the most
+        (or, with chunked prefill, cuts it to a partial prefill).
+        """
+        r = self.waiting.peek()
+        if r not in self.cached:
+            return  # a fresh head needs the same tokens every step: already recorded
+        tokens = int(self.ntok[r]) - self.cache_hit(r, self.free)
+        budget = self.max_batched - running
+        if tokens <= budget:
+            self.budget_needed = max(self.budget_needed, self.max_batched - budget + tokens)
+        elif self.chunked:
+            self.budget_needed = self.max_batched + 1  # a partial prefill
 
     def release(self, blocks: int) -> None:
         """Blocks appended to the free queue's tail (a finish or a preemption)."""

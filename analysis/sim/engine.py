@@ -434,6 +434,8 @@ class _Run(Batch):
             self.tok_req.append(np.tile(self.r_id[:nr], len(ends)))
             self.tok_time.append(np.repeat(ends, nr))
         self.clock = float(ends[-1])
+        if kv_blocked:
+            self.blocked_head_budget(nr)
 
     def result(self) -> SimResult:
         if self.record_tokens and self.tok_req:
