@@ -92,7 +92,7 @@ def main() -> None:
         print(f"{size} MiB done", file=sys.stderr)
 
     def med(samples: list[Sample], field: str) -> float:
-        return statistics.median(getattr(s, field) for s in samples)
+        return float(statistics.median(float(getattr(s, field)) for s in samples))
 
     print(f"\nprofile {args.profile}, {args.runs} run(s) per side, cpus={os.cpu_count()}")
     print(

@@ -183,6 +183,10 @@ _REQ_WORDS = "^ ?(?:" + "|".join(_REQ_EVENTS) + r")(?:\(s\))? "
 _WORDS_EVENTS = {
     f"{space}{words}": event for words, event in _LEAD_EVENTS.items() for space in ("", " ")
 }
+# Every text the words pattern matches has its event (so a request id is null where the
+# event is, and needs no condition).
+assert all(re.fullmatch(_REQ_WORDS[1:], words) for words in _WORDS_EVENTS)
+assert len(_WORDS_EVENTS) == 4 * len(_REQ_EVENTS)
 _ID_END = r"[ :,\r\n]"  # what ends an id (as `_word` cuts it); the delta suffix starts with one
 assert _DELTA[0] == " "
 
@@ -387,9 +391,8 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     return frame.select(
         *_header_envelope(),
         pl.when(pl.col("_delta")).then(pl.lit("delta")).otherwise(event).alias("event"),
-        pl.when(event.is_not_null())
-        .then(pl.col("_id").str.strip_chars_end("."))
-        .alias("request_id"),
+        # Null where the event is: the words match only forms `_WORDS_EVENTS` names.
+        pl.col("_id").str.strip_chars_end(".").alias("request_id"),
     )
 
 

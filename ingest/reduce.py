@@ -143,10 +143,10 @@ def reduce_paths(
                 # The rows go to blocks (_Kept), the counts and names to the file's LogFrames:
                 # regrowing one frame per kind copied it whole at each compaction, and the
                 # copies left holes the next chunks could not fill (RSS grew with the file).
-                kept = kept_frames.setdefault(path, {})
+                kinds = kept_frames.setdefault(path, {})
                 for kind, frame in piece.frames.items():
                     if frame.height:
-                        kept.setdefault(kind, _Kept()).add(frame)
+                        kinds.setdefault(kind, _Kept()).add(frame)
                 piece.frames = {}
                 if path in results:
                     results[path].extend(piece)
@@ -200,14 +200,31 @@ class _Kept:
     def add(self, part: pl.DataFrame) -> None:
         self.recent.append(part)
         if len(self.recent) >= COMPACT_EVERY:
-            self.blocks.append(pl.concat(self.recent, rechunk=True))
+            self.blocks.append(_block(self.recent))
             self.recent = []
 
     def frame(self, schema: pl.Schema) -> pl.DataFrame:
         """The rows, in the order they settled (readers sort). Not made contiguous: a copy
         would hold them twice at the end of the biggest files."""
-        parts = self.blocks + self.recent
+        if self.recent:  # a block too: blocks' constant columns concatenate as constants
+            self.blocks.append(_block(self.recent))
+            self.recent = []
+        parts = self.blocks
         return pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=schema)
+
+
+def _block(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The parts as one contiguous frame, a column of one value (a file's pid, source and
+    deployment, a kind's unused fields) held as that value once: 4 of the 29 bytes of a
+    request's JOINED row, and what blocks of the same constants concatenate to."""
+    block = pl.concat(parts, rechunk=True)
+    constants = []
+    for name in block.columns:
+        column = block[name]
+        nulls = column.null_count()
+        if nulls == column.len() or (nulls == 0 and column.n_unique() == 1):
+            constants.append(pl.lit(column.head(1)).first().alias(name))
+    return block.with_columns(constants) if constants else block
 
 
 # How long before the newest time read a request not yet read may still start (lines of

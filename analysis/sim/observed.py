@@ -383,13 +383,15 @@ def build_replay(
         )
     elif stats is not None and stats.height >= 2:
         try:
-            load = observed_load(stats, arrivals, output_tokens=output_tokens)
+            load = observed_load(
+                stats, arrivals, output_tokens=output_tokens, keep_last=MAX_REPLAY_REQUESTS
+            )
         except ConfigError as exc:
             assumptions.append(f"no workload to replay: {exc}")
         else:
             workload = workload_from_observed(load, seed=seed, last=MAX_REPLAY_REQUESTS)
             # (Of logged arrivals, only the last ones were drawn: their count tells.)
-            if max(len(load.arrivals), len(workload)) > MAX_REPLAY_REQUESTS:
+            if max(load.arrival_count, len(workload)) > MAX_REPLAY_REQUESTS:
                 # A long log's load is replayed over its latest stretch: the cost of the
                 # advice check stays bounded whatever the size of the log.
                 workload = _latest(workload, MAX_REPLAY_REQUESTS)

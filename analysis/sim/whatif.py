@@ -222,20 +222,30 @@ class ObservedLoad:
     mean_prompt_tokens: float
     mean_output_tokens: float
     # Seconds from the first stats record, sorted (an array: a long log has millions); empty
-    # when unknown.
+    # when unknown. With observed_load's `keep_last`, only the last ones of `logged`.
     arrivals: npt.NDArray[np.float64]
     basis: str  # how it was estimated, quoted to the user
+    logged: int | None = None  # arrivals in the stats' span; None: len(arrivals)
+
+    @property
+    def arrival_count(self) -> int:
+        return len(self.arrivals) if self.logged is None else self.logged
 
 
 def observed_load(
-    stats: pl.DataFrame, arrivals: pl.Series | None, *, output_tokens: float | None = None
+    stats: pl.DataFrame,
+    arrivals: pl.Series | None,
+    *,
+    output_tokens: float | None = None,
+    keep_last: int | None = None,
 ) -> ObservedLoad:
     """Estimate the offered load from scheduler-stats frames and request arrivals.
 
     Token totals integrate the per-interval throughputs. The request count comes from the
     request lines' arrivals (ingest/lifecycle.py `log_arrivals`) when the log has them;
     otherwise from the generation total divided by `output_tokens` (an assumption the caller
-    must state).
+    must state). `keep_last`: keep only the last `keep_last` arrival times (the report
+    replays a tail; all of a 4 GB log's are 36 MB, and twice that while converted).
     """
     frame = stats.filter(pl.col("timestamp").is_not_null()).sort("timestamp")
     if frame.height < 2:
@@ -247,6 +257,7 @@ def observed_load(
     prompt_tokens = float((frame["prompt_throughput"].fill_null(0).to_numpy()[1:] * gaps).sum())
     gen_tokens = float((frame["generation_throughput"].fill_null(0).to_numpy()[1:] * gaps).sum())
     arrival_times = np.empty(0, dtype=np.float64)
+    logged = 0
     if arrivals is not None and arrivals.len():
         # Compared as times, not as seconds: the stats' seconds (Polars multiplies by 1e-6)
         # and the arrivals' (numpy divides) could differ in the last bit, which kept or
@@ -260,12 +271,15 @@ def observed_load(
             inside = known.slice(low, high - low)
         else:
             inside = known.filter((known >= first) & (known <= last)).sort()
+        logged = inside.len()
+        if keep_last is not None:
+            inside = inside.slice(max(0, logged - keep_last))
         micros = inside.dt.epoch("us").cast(pl.Float64).to_numpy()
         arrival_times = micros / 1e6
         arrival_times -= times[0]  # in place: millions of arrivals, one copy
-    if len(arrival_times):
-        count = float(len(arrival_times))
-        basis = f"{len(arrival_times)} request lines; token totals from stats throughputs"
+    if logged:
+        count = float(logged)
+        basis = f"{logged} request lines; token totals from stats throughputs"
     elif output_tokens:
         count = gen_tokens / output_tokens
         basis = f"generation total / assumed {output_tokens:g} output tokens per request"
@@ -283,6 +297,7 @@ def observed_load(
         mean_output_tokens=max(1.0, gen_tokens / count),
         arrivals=arrival_times,
         basis=basis,
+        logged=logged if keep_last is not None else None,
     )
 
 
@@ -297,10 +312,11 @@ def workload_from_observed(
     output = LengthDist("lognormal", load.mean_output_tokens, cv, 1, 1_000_000)
     if len(load.arrivals):
         rng = np.random.default_rng(seed)
-        n = len(load.arrivals)
+        n = load.arrival_count
         keep = n if last is None else min(n, last)
+        assert keep <= len(load.arrivals), "observed_load kept fewer arrivals than asked for"
         return Workload(
-            arrival=np.asarray(load.arrivals[n - keep :], dtype=np.float64),
+            arrival=np.asarray(load.arrivals[len(load.arrivals) - keep :], dtype=np.float64),
             prompt_len=prompt.sample(rng, n, last=keep),
             output_len=output.sample(rng, n, last=keep),
             priority=np.zeros(keep, dtype=np.int64),

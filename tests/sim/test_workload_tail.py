@@ -111,3 +111,40 @@ def test_sorted_arrivals_give_the_load_of_any_order(
         return
     assert np.array_equal(first.arrivals, second.arrivals)
     assert dataclasses.replace(first, arrivals=second.arrivals) == second
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 5_000_000), min_size=1, max_size=300),
+    st.integers(1, 400),
+    st.integers(0, 9),
+)
+def test_a_load_kept_as_its_tail_replays_as_the_whole(
+    arrival_us: list[int], last: int, seed: int
+) -> None:
+    # The report keeps only the arrivals it replays: the same workload as from all of them.
+    base = datetime(2026, 1, 15, 14, tzinfo=UTC)
+    stats = pl.DataFrame(
+        {
+            "timestamp": [base, base + timedelta(seconds=5)],
+            "prompt_throughput": [100.0, 100.0],
+            "generation_throughput": [50.0, 50.0],
+        },
+        schema={
+            "timestamp": TIMESTAMP,
+            "prompt_throughput": pl.Float64,
+            "generation_throughput": pl.Float64,
+        },
+    )
+    moments = [base + timedelta(microseconds=m) for m in sorted(arrival_us)]
+    series = pl.Series("timestamp", moments, dtype=TIMESTAMP)
+    whole = observed_load(stats, series)
+    tail = observed_load(stats, series, keep_last=last)
+    assert tail.arrival_count == whole.arrival_count == len(whole.arrivals)
+    assert len(tail.arrivals) == min(last, len(whole.arrivals))
+    assert dataclasses.replace(tail, arrivals=whole.arrivals, logged=None) == whole
+    expected = workload_from_observed(whole, seed=seed, last=last)
+    got = workload_from_observed(tail, seed=seed, last=last)
+    assert got.description == expected.description
+    for name in ("arrival", "prompt_len", "output_len", "priority"):
+        assert np.array_equal(getattr(got, name), getattr(expected, name))
