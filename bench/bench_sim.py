@@ -38,7 +38,7 @@ from preemptscope.analysis.sim import observed  # noqa: E402
 from preemptscope.analysis.sim.config import SimConfig  # noqa: E402
 from preemptscope.analysis.sim.engine import simulate  # noqa: E402
 from preemptscope.analysis.sim.scenarios import demo_scenarios  # noqa: E402
-from preemptscope.analysis.sim.workload import synthetic  # noqa: E402
+from preemptscope.analysis.sim.workload import LengthDist, synthetic  # noqa: E402
 
 from preemptscope.cli import main as cli_main  # noqa: E402
 from preemptscope.inputs import load_inputs  # noqa: E402
@@ -56,6 +56,15 @@ def best(before: Callable[[], Any], after: Callable[[], Any], repeat: int) -> tu
     return times[0], times[1]
 
 
+# Where a resumed request's budget check depends on its cache hit (tests/sim/abcases.py).
+NEAR_MAX = LengthDist("lognormal", 220, 0.1, 16, 4096)
+SHORT_OUT = LengthDist("lognormal", 60, 0.6, 4, 2048)
+NEAR_MAX_CONFIG = SimConfig(
+    gpu=GPU_PRESETS["L4"], num_gpu_blocks_override=200, block_size=8, max_num_seqs=64,
+    enable_chunked_prefill=False, max_model_len=256, max_num_batched_tokens=256,
+)  # fmt: skip
+
+
 def engine_rows(ref: Any, repeat: int) -> None:
     demo = demo_scenarios()[0]
     runs = [
@@ -68,6 +77,9 @@ def engine_rows(ref: Any, repeat: int) -> None:
         ("the demo's A10G, 10 min", demo.workload, demo.config, True),
         ("the same, tokens not recorded (as the advice replays)", demo.workload, demo.config,
          False),
+        ("10 min at 20 req/s, prompts near max_model_len, no chunked prefill",
+         synthetic(rate=20.0, duration=600.0, seed=6, prompt=NEAR_MAX, output=SHORT_OUT),
+         NEAR_MAX_CONFIG, False),
     ]  # fmt: skip
     print("| run | engine steps | preemptions | before | after | speed-up | outputs |")
     print("|---|---:|---:|---:|---:|---:|---|")

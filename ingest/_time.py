@@ -353,7 +353,11 @@ def stamp(
              pl.col("_hms")]
         )  # fmt: skip
         runs = frame.select(pl.struct("_mon", "_day", "_hms").rle_id()).to_series()
-        heads = frame.filter(runs.is_first_distinct()).select(local_utc(text)).to_series()
+        # A run starts where its number changes (the numbers only grow); its text needs the
+        # three time columns only.
+        starts = runs.ne_missing(runs.shift(1))
+        times = frame.select("_mon", "_day", "_hms").filter(starts)
+        heads = times.select(local_utc(text)).to_series()
         frame = frame.with_columns(heads.gather(runs).alias("_local_utc"))
         if no_wts:
             timestamp = pl.col("_local_utc").cast(TIMESTAMP)

@@ -135,7 +135,10 @@ def _finish(
         target = _KIND_SCHEMAS[kind]
         # Parts already in the target schema (the usual case) need no select and cast.
         same = [p if p.schema == target else p.select(list(target)).cast(target) for p in parts]
-        kinds[kind] = (same[0] if len(same) == 1 else pl.concat(same)).sort("line", nulls_last=True)
+        # Stable: the records of one line (glued ones) keep their order, which dating reads.
+        kinds[kind] = (same[0] if len(same) == 1 else pl.concat(same)).sort(
+            "line", nulls_last=True, maintain_order=True
+        )
     if kinds:
         _date_and_stamp(
             kinds, result, source=source, deployment=deployment, options=options, state=state
@@ -203,7 +206,8 @@ def _date_and_stamp(
                 for frame in kinds.values()
             ]
         )
-        .sort("line")
+        # A line's first record dates the line (glued records share it), whatever the batch.
+        .sort("line", maintain_order=True)
         .unique("line", keep="first")
     )
     mark_years = line_years(
@@ -255,12 +259,31 @@ def _date_and_stamp(
         "source": pl.lit(source, dtype=pl.String).alias("source"),
         "deployment": pl.lit(deployment, dtype=pl.String).alias("deployment"),
     }
+    # The kinds of records (a few rows each: stats, warnings, config, ...) are stamped in one
+    # go: a stamp costs ~1 ms whatever its rows, and its timestamps are the rows' own. They
+    # look their years up among the records' only (a bulk row is never on a record's line).
+    records = [kind for kind in kinds if not has_bulk[kind]]
+    record_times: dict[str, pl.Series] = {}
+    if len(records) > 1:
+        helpers = ["line", "_mon", "_day", "_hms", "_wts", "_ats"]
+        times = stamp(
+            pl.concat([kinds[kind].select(helpers) for kind in records]),
+            mark_years,
+            options.tz,
+            batch_year,
+        )["timestamp"]
+        offset = 0
+        for kind in records:
+            record_times[kind] = times.slice(offset, kinds[kind].height)
+            offset += kinds[kind].height
     for kind, frame in kinds.items():
-        # A kind of records only looks its years up among the records' (a bulk row is never
-        # on a record's line).
-        stamped_frame = stamp(
-            frame, years if has_bulk[kind] else mark_years, options.tz, batch_year
-        )
+        if kind in record_times:
+            kept = [name for name in frame.columns if not name.startswith("_")]
+            stamped_frame = frame.select(kept).with_columns(record_times[kind])
+        else:
+            stamped_frame = stamp(
+                frame, years if has_bulk[kind] else mark_years, options.tz, batch_year
+            )
         schema = FRAME_SCHEMAS[kind]
         result.frames[kind] = stamped_frame.select(
             [names.get(name, pl.col(name)) for name in schema]

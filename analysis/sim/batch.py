@@ -206,18 +206,22 @@ class Batch:
             tokens = int(ntok[r])
             # vLLM looks up the prefix cache first and checks the budget with what is left
             # to compute (scheduler.py: num_tokens - num_computed_tokens): a resumed request
-            # gets its own surviving blocks back.
+            # gets its own surviving blocks back. The hit is looked up where it can decide
+            # something (a blocked head is checked every step).
             resumed = r in self.cached
-            hit = self.cache_hit(r, free_left) if resumed else 0
+            used = self.max_batched - budget_left + tokens  # the budget it needs, no hit
+            hit = (
+                self.cache_hit(r, free_left)
+                if resumed and (tokens > budget_left or used > self.budget_needed)
+                else 0
+            )
             if tokens - hit > budget_left:
                 if self.chunked:  # a partial prefill is the plain step's
                     for req, _, _ in reversed(picks):
                         waiting.unpop(req)
                     return False
                 break
-            self.budget_needed = max(
-                self.budget_needed, self.max_batched - budget_left + tokens - hit
-            )
+            self.budget_needed = max(self.budget_needed, used - hit)
             nb = -(-tokens // bs)
             wm = self.watermark_blocks if dec + len(picks) else 0
             if resumed:
@@ -231,6 +235,8 @@ class Batch:
             if nb + wm > free_left:
                 blocked = True
                 break
+            if resumed and not hit:
+                hit = self.cache_hit(r, free_left)
             waiting.pop()
             q = tokens - hit
             picks.append((r, q, hit))
@@ -427,7 +433,9 @@ class Batch:
             tokens = int(self.ntok[r])
             free_left = self.free - lz.residues[-lag0 % bs]
             resumed = r in self.cached
-            if tokens - (self.cache_hit(r, free_left) if resumed else 0) > budget_left:
+            if tokens > budget_left and (
+                not resumed or tokens - self.cache_hit(r, free_left) > budget_left
+            ):
                 if self.chunked:
                     return 0  # a partial prefill: lazy_step refuses it
                 # It waits for the budget throughout: its hit only shrinks as blocks go.
@@ -573,8 +581,13 @@ class Batch:
         r = self.waiting.peek()
         if r not in self.cached:
             return  # a fresh head needs the same tokens every step: already recorded
-        tokens = int(self.ntok[r]) - self.cache_hit(r, self.free)
+        if self.budget_needed > self.max_batched:
+            return  # already more than any budget of this config
         budget = self.max_batched - running
+        tokens = int(self.ntok[r])
+        if tokens <= budget and self.max_batched - budget + tokens <= self.budget_needed:
+            return  # no hit can need more
+        tokens -= self.cache_hit(r, self.free)
         if tokens <= budget:
             self.budget_needed = max(self.budget_needed, self.max_batched - budget + tokens)
         elif self.chunked:

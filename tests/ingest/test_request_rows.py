@@ -176,3 +176,27 @@ def test_constant_bulk_year_refuses_a_new_year() -> None:
     assert _time.constant_bulk_year([pl.Series(["12", "01"])], marks, (2025, 12)) is None
     assert _time.constant_bulk_year([december], marks, (2024, 12)) is None
     assert _time.constant_bulk_year([pl.Series(["1x"])], marks, (2025, 12)) is None
+
+
+def test_glued_records_of_one_line_date_alike_in_batches() -> None:
+    # Two stats records glued on one line, the first with a container time of another year:
+    # the line's first record dates it, in one go as in batches (hypothesis found the case).
+    stats = (
+        "Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 1.0 "
+        "tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%"
+    )
+    lines = [
+        "(APIServer pid=1) INFO 11-07 08:51:02 [async_llm.py:470] Request r1 aborted.",
+        "",
+        "2026-05-12T08:01:39.331095044Z (APIServer pid=1) INFO 05-12 08:01:39 "
+        f"[loggers.py:271] {stats} INFO 06-16 10:03:14 [loggers.py:87] {stats}",
+    ]
+    options = ParseOptions(year=2025)
+    whole = parse_lines(lines, source="s", deployment="d", options=options)
+    state = ingest_logs.ParseState()
+    parse_lines(lines[:1], source="s", deployment="d", options=options, state=state, final=False)
+    rest = parse_lines(
+        lines[1:], source="s", deployment="d", first_line=2, options=options, state=state
+    )
+    assert whole["scheduler_stats"].height == 2
+    assert_frame_equal(rest["scheduler_stats"], whole["scheduler_stats"])
