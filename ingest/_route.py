@@ -43,24 +43,29 @@ _STATS_VALID = (
 )
 # The request lines claimed column-wise: a row's pattern matches right after the header with
 # an id of no `.`, `:`, `,` or space (every real id: `cmpl-<hex>-0`, `chatcmpl-<hex>`), the
-# ids where the column-wise word (ingest/_extract.py `_requests_frame`) and the row's own
-# group read the same; any other request line is read per line, by its row.
+# ids where the column-wise word (ingest/_extract.py `_requests_frame`: up to a space, `:` or
+# `,`, its trailing dots dropped) and the row's own group read the same; any other request
+# line is read per line, by its row.
 _PLAIN_ID = r"[^\s:,.]+"
-# ... and the id as that word reads it: up to a space, `:` or `,`, its trailing dots dropped.
-_REQ_WORD = (
-    cat.HEADER_CORE
-    + "(?:"
-    + "|".join(sorted({re.escape(row.literal.strip()) for row in cat.REQUEST_ROWS}))
-    + rf")(?:\(s\))? {_PLAIN_ID}\.*(?:[\s:,]|$)"
-)
+# The word's rule, `{id}\.*(?:[\s:,]|$)`, in each row's pattern (one regex pass over every
+# request line, not two): the id is the whole run of id characters in both, and every row's
+# own end already satisfies the word's but `received`'s `[:,.]`, where a dot must be followed
+# by more dots and then a space, `:`, `,` or the end.
+_WORD_END = {"received": r"(?:[:,]|\.+(?:[\s:,]|$))"}
+
+
+def _claimed(row: cat.LineFormat) -> str:
+    pattern = re.sub(r"\(\?P<request_id>[^()]*\)", lambda _: f"(?:{_PLAIN_ID})", row.pattern)
+    if row.name in _WORD_END:
+        assert pattern.endswith("[:,.]"), row.pattern
+        pattern = pattern[: -len("[:,.]")] + _WORD_END[row.name]
+    return pattern
+
+
 _REQ_CLAIM = (
     cat.HEADER_CORE
     + "(?:"
-    + "|".join(
-        re.sub(r"\(\?P<request_id>[^()]*\)", lambda _: f"(?:{_PLAIN_ID})", row.pattern)
-        for row in cat.REQUEST_ROWS
-        if row.literal != "Request "
-    )
+    + "|".join(_claimed(row) for row in cat.REQUEST_ROWS if row.literal != "Request ")
     + ")"
 )
 # uvicorn's access shape: ` HTTP/` and, around the client, `INFO:` and ` - "`.
@@ -303,9 +308,7 @@ def _cascade(
     if candidates.height:
         good, bad = split(
             candidates,
-            (candidates["hdr"] == 1)
-            & candidates["raw"].str.contains(_REQ_CLAIM)
-            & candidates["raw"].str.contains(_REQ_WORD),
+            (candidates["hdr"] == 1) & candidates["raw"].str.contains(_REQ_CLAIM),
         )
         claim("requests", good.drop("hdr"))
         # Glued records, no header, an id of another shape: per line.
