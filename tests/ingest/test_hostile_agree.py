@@ -21,9 +21,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from preemptscope.ingest import _route
 from preemptscope.ingest import catalogue as cat
-from preemptscope.ingest.logs import ParseOptions, parse_lines
 
-OPTIONS = ParseOptions(year=2025)
+from tests.ingest.test_hostile_routing import _frames
 
 
 def _message(example: str) -> str:
@@ -163,17 +162,6 @@ def mixtures(draw: st.DrawFn) -> list[str]:
             # own, cat.ENVELOPE, which wants the `(` there.)
             pieces = [_json_file(pieces[0])]
         out.extend(pieces)
-    return out
-
-
-def _frames(lines: list[str]) -> dict[str, Any]:
-    frames = parse_lines(lines, source="r", deployment="r", options=OPTIONS)
-    out: dict[str, Any] = {}
-    for kind, frame in frames.frames.items():
-        if frame.height:
-            out[kind] = frame.sort("line").to_dicts() if "line" in frame.columns else frame
-    acc = frames.accounting
-    out["accounting"] = (acc.lines, acc.parsed_lines, acc.unrecognized_lines, acc.blank_lines)
     return out
 
 
