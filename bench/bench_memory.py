@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_parse import _cli, _file, checkout  # type: ignore[import-not-found]
+from bench_parse import measure as _measure
 
 
 @dataclass
@@ -39,24 +39,11 @@ class Sample:
 
 
 def measure(argv: list[str]) -> Sample:
-    """One report in a child process, measured with wait4(): peak RSS, CPU, wall, its JSON."""
-    import tempfile
-    import time
-
-    with tempfile.TemporaryFile() as sink:
-        start = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=sink, stderr=subprocess.PIPE)
-        assert child.stderr is not None
-        err = child.stderr.read()
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - start
-        code = os.waitstatus_to_exitcode(status)
-        if code != 0:
-            raise SystemExit(f"report failed ({code}): {err.decode('utf-8', 'replace')[-500:]}")
-        sink.seek(0)
-        report = json.loads(sink.read())
+    """One report in a child process (bench_parse.measure: wait4()'s peak RSS, CPU, wall)."""
+    run = _measure("report", argv)
+    report = json.loads(run.output)
     report.pop("generated_at", None)
-    return Sample(usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, wall, report)
+    return Sample(run.peak_rss_mb, run.cpu_s, run.wall_s, report)
 
 
 def main() -> None:

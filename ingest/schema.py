@@ -248,14 +248,6 @@ class LogFrames:
             kind: frame.height + self.summarized.get(kind, 0) for kind, frame in self.frames.items()
         }
 
-    def rechunk(self) -> None:
-        """Make every frame contiguous (after many `extend`s: fewer, larger allocations)."""
-        self.frames = {kind: frame.rechunk() for kind, frame in self.frames.items()}
-        for name in ("arrivals", "joined"):
-            frame = getattr(self, name)
-            if frame is not None:
-                setattr(self, name, frame.rechunk())
-
     def extend(self, other: LogFrames) -> None:
         """Append the next batch of the same source: frames, line counts, version, era."""
         for kind, frame in other.frames.items():
