@@ -271,9 +271,11 @@ def _cascade(
             lambda sub: sub.str.json_path_match("$").is_not_null(),
         )
     odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
-    carriage = unusual & text.str.contains("\r", literal=True) if unusual.any() else unusual
+    # On the text before its codes are stripped, as the per-line path reads it: `]: \r\x1b[32m`
+    # is a redraw of codes alone (blank) there, and a line ending in `\r` once stripped.
+    carriage = unusual & raw.str.contains("\r", literal=True) if unusual.any() else unusual
     if carriage.any():
-        odd_mask = odd_mask | (carriage & ~text.str.contains(r"^[^\r]*\r\n?$"))
+        odd_mask = odd_mask | (carriage & ~raw.str.contains(r"^[^\r]*\r\n?$"))
     if odd_mask.any():
         odd, df = split(df, odd_mask)
         odd_parts.append(physical(odd))

@@ -88,11 +88,13 @@ def _all_per_line(monkeypatch: pytest.MonkeyPatch, lines: list[str]) -> dict[str
         return _frames(lines)
 
 
-# Derandomized, as test_hostile_agree is: a random run found `]: \r\x1b[32m` unrecognised
-# column-wise but blank per line (a carriage return before colour codes alone), an open
-# disagreement noted on issue 12; main must not turn red by chance on it.
+# Derandomized, as test_hostile_agree is: CI runs the same examples every time (random
+# searches go further in bench/hostile_search.py --agree).
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(LINES)
+# A random run found it: a redraw of colour codes alone is blank per line, and the router read
+# the line's `\r` once the codes were stripped (it then ended the line: unrecognised).
+@example(["]: \r\x1b[32m"])
 def test_routing_unrecognised_lines_agrees_with_the_per_line_path(lines: list[str]) -> None:
     with pytest.MonkeyPatch.context() as monkeypatch:
         assert _frames(lines) == _all_per_line(monkeypatch, lines)
