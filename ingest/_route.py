@@ -42,6 +42,11 @@ _STATS_VALID = (
     + cat.STATS_RECORD_START
     + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
 )
+# Stats lines whose process prefix cat.ENVELOPE reads apart from the per-line path: its `(`
+# lost behind a wrapper, two ranks (the last one is the line's), a pid past 64 bits.
+_STATS_UNSURE = (
+    rf"^{cat.no_groups(cat.WRAPPER_TS)}[A-Za-z_][^()\n]*? pid=|\[rank.*\[rank| pid=[0-9]{{19}}"
+)
 # The request lines claimed column-wise: a row's pattern matches right after the header with
 # an id of no `.`, `:`, `,` or space (every real id: `cmpl-<hex>-0`, `chatcmpl-<hex>`), the
 # ids where the column-wise word (ingest/_extract.py `_requests_frame`: up to a space, `:` or
@@ -354,7 +359,8 @@ def _cascade(
     candidates, rest = split(rest, rest["raw"].str.contains(_STATS_LIT))
     if candidates.height:
         single = candidates["raw"].str.count_matches(cat.HEADER_CORE) == 1
-        good, bad = split(candidates, single & candidates["raw"].str.contains(_STATS_VALID))
+        valid = single & candidates["raw"].str.contains(_STATS_VALID)
+        good, bad = split(candidates, valid & ~candidates["raw"].str.contains(_STATS_UNSURE))
         claim("stats", good)
         odd_parts.append(_settled(physical(bad)))
     # 4. request lifecycle lines; a request literal elsewhere in a message is just "other".

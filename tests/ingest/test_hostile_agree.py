@@ -152,11 +152,8 @@ def mixtures(draw: st.DrawFn) -> list[str]:
         if kind == "glue":
             line += draw(record_lines())
         pieces = draw(damaged(line))
-        if len(pieces) == 1 and draw(st.integers(0, 4)) == 0:
-            # (Not the pieces of a hard-wrap: a stats line's process prefix whose `(` the
-            # wrap cut off, behind docker's time, is read column-wise by a pattern of its
-            # own, cat.ENVELOPE, which wants the `(` there.)
-            pieces = [_json_file(pieces[0])]
+        if draw(st.integers(0, 4)) == 0:
+            pieces = [_json_file(piece) for piece in pieces]
         out.extend(pieces)
     return out
 
@@ -257,6 +254,26 @@ KNOWN += [
             " process [1]"
         )
     ],
+]
+
+
+_STATS = (
+    "INFO 01-15 14:00:00 [loggers.py:116] Avg prompt throughput: 1.0 tokens/s, Avg generation"
+    " throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 4 reqs, GPU KV cache usage: 5.0%"
+)
+KNOWN += [
+    # Process prefixes, read by one implementation (_envelope.process_of): a `(` lost behind
+    # docker's time (in its json-file form too) or behind a CRI stream tag, two ranks (the
+    # last one is the line's), a pid past 64 bits in front of a stats record.
+    [_json_file("APIServer pid=1) " + _STATS)],
+    ["2025-01-15T14:00:00Z APIServer pid=1) " + _STATS],
+    ["2025-01-15T14:00:00Z stdout F APIServer pid=1) " + _STATS],
+    ['2025-01-15T14:00:00Z stdout F APIServer pid=1) INFO:     1.2.3.4:5 - "GET / HTTP/1.1" 200'],
+    ["2025-01-15T14:00:00Z stdout F APIServer pid=1) INFO 01-15 14:00:00 [a.py:1] hello"],
+    ["[rank0]: [rank1]: INFO 01-15 14:00:00 [a.py:1] hello"],
+    ['[rank0]: [rank1]: INFO:     1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
+    ["[rank0]: [rank1]: " + _STATS],
+    ["(APIServer pid=99999999999999999999) " + _STATS],
 ]
 
 
