@@ -38,8 +38,8 @@ ESCLESS_LIT = "|".join(re.escape(literal) for literal in _ANSI_LITERALS[1:])
 _ENVELOPE_LITERALS = r"pid=|\[rank|DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
 SYSLOG_PID = r"\[[0-9]+\]: "  # syslog's `python3[28059]: `
 # What the per-line path reads at the start of a line as an envelope: a JSON object (even a
-# broken one) or a container timestamp (`\d` as its `regex` patterns have it: Unicode).
-WRAPPER_START = r"^\d{4}-\d\d-\d\d"
+# broken one) or a container timestamp (ASCII digits, as cat.WRAPPER_TS has them).
+WRAPPER_START = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
 _ENVELOPE_START = r"^(?:\{|\d{4}-\d\d-\d\d)"
 KIND_LIT = "|".join(re.escape(literal) for literal in sorted(_glue.KIND_LITERALS))
 # Plain program output the per-line path reads (tracebacks, progress bars; an indented line

@@ -43,9 +43,11 @@ _STATS_VALID = (
     + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
 )
 # Stats lines whose process prefix cat.ENVELOPE reads apart from the per-line path: its `(`
-# lost behind a wrapper, two ranks (the last one is the line's), a pid past 64 bits.
+# lost behind a wrapper, two ranks (the last one is the line's), a rank and a process prefix
+# (the process wins), a pid past 64 bits.
 _STATS_UNSURE = (
-    rf"^{cat.no_groups(cat.WRAPPER_TS)}[A-Za-z_][^()\n]*? pid=|\[rank.*\[rank| pid=[0-9]{{19}}"
+    rf"^{cat.no_groups(cat.WRAPPER_TS)}[A-Za-z_][^()\n]*? pid=|\[rank.*(?:\[rank| pid=)"
+    r"| pid=.*\[rank| pid=[0-9]{19}"
 )
 # The request lines claimed column-wise: a row's pattern matches right after the header with
 # an id of no `.`, `:`, `,` or space (every real id: `cmpl-<hex>-0`, `chatcmpl-<hex>`), the

@@ -24,9 +24,11 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # docker --timestamps / kubectl --timestamps / CRI (`<RFC3339> stdout F <line>`), and local
 # viewers that print the host's naive time in front (Docker Desktop: `2025-07-10 08:59:40 `,
 # or `2025-07-10T08:59:40 `). A naive wrapper gives the year only: its zone is the viewer's.
+# ASCII digits, as every runtime prints them and as LEADING_WRAPPER_TS reads them (`\d` is any
+# script's to both engines).
 WRAPPER_TS = (
-    r"(?P<wts>\d{4}-\d\d-\d\d(?:T\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-    r"| \d\d:\d\d:\d\d(?:[.,]\d+)?))"
+    r"(?P<wts>[0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
+    r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?| [0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?))"
     r"\s+(?:(?:stdout|stderr) [FP] )?"
 )
 # `(APIServer pid=1) `, `(RayWorkerWrapper pid=263, ip=10.0.16.95) `, `(task, pid=17433) `
@@ -63,24 +65,14 @@ TIMESTAMP = no_groups(_HEADER_TIME)
 HEADER_CORE = no_groups(_HEADER_TIME + _HEADER_AT)
 # The location after the timestamp, `[file:line]` or `file:line]`.
 LOCATION = r"^\[?(?P<file>[^\] :]+):(?P<lineno>[0-9]+)\]"
-# Within the text in front of a level: the last process prefix (the innermost of nested Ray
-# prefixes; its leading `(` lost in a paste, as PROCESS has it), a `[rankN]:` prefix, a
-# container timestamp at the start.
-LAST_PROCESS = (
-    r"(?:\(|^)(?P<proc>[A-Za-z_][^()]*?(?:\([^()]*\)[^()]*?)?),? pid=(?P<pid>[0-9]+)"
-    r"(?:, ip=[^)]*)?\)[^()]*$"
-)
-RANK_PREFIX = r"\[(rank[0-9]+)\]:"
-LEADING_WRAPPER_TS = (
-    r"^([0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2})?"
-    r"| [0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?))\s"
-)
+# A container timestamp at the start (the time of WRAPPER_TS), its one group the time.
+LEADING_WRAPPER_TS = "^(" + no_groups(WRAPPER_TS[: WRAPPER_TS.index(r"\s+")])[3:] + r"\s"
 # Uvicorn's level prefix (`INFO:     `).
 UVICORN_LEVEL = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
 # The whole envelope in front of a vLLM-formatted message: optional container timestamp,
 # anything (compose prefix, VLLM_LOGGING_PREFIX, tqdm output), optional process prefix, header.
 # The process is the last prefix before the header, with text but no parentheses between
-# (a container timestamp, a tag), as LAST_PROCESS and the per-line path read it; a rank
+# (a container timestamp, a tag), as the per-line path reads it (_envelope.process_of); a rank
 # anywhere before it.
 ENVELOPE = (
     rf"^(?:{WRAPPER_TS})?(?P<pre>[^\n]*?)(?:{PROCESS}[^()\n]*?|{RANK}[^\n]*?)?"

@@ -274,6 +274,11 @@ KNOWN += [
     ['[rank0]: [rank1]: INFO:     1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
     ["[rank0]: [rank1]: " + _STATS],
     ["(APIServer pid=99999999999999999999) " + _STATS],
+    # A rank and a process prefix (a random run found it, in docker's json-file form).
+    [_json_file("[rank0]: Traceback (most recent call last):(APIServer pid=1) " + _STATS)],
+    # Digits of another script in docker's time (a random run found it): no wrapper in either
+    # path (ASCII digits, as every runtime prints them).
+    ['2025-01-15T14:00:00.123456\u066189Z INFO:     1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
 ]
 
 
