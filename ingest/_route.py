@@ -119,14 +119,15 @@ _ACCESS_FAST = "(?s)" + ".*".join(re.escape(x) for x in (_ACCESS_LEVEL, _ACCESS_
 
 # The common access line, read as ACCESS_ROW reads it per line and as `_access_frame` does:
 # docker's time, `(Name pid=N) `, `INFO:`, spaces, an IP client, the request, the status and
-# its phrase, to the end. Nothing in it can be another envelope: its only `LEVEL:` is the
-# access logger's (no `:` in the path; no digit, `:` or `[` in the phrase; a lowercase
-# client), no header (no digits after the status), no pid past 64 bits. One DFA pass (~200 ns
-# a line) in place of the literal scans and finds the other shapes take.
+# its phrase, to the end of the line (its newline too). Nothing in it can be another envelope:
+# its only `LEVEL:` is the access logger's (no `:` in the path; no digit, `:` or `[` in the
+# phrase; a lowercase client), no header (no digit after the status), no pid past 64 bits.
+# One DFA pass (~200 ns a line) on the lines with uvicorn's access literals in order, in
+# place of the literal scans and finds the other shapes take.
 _ACCESS_CANON = (
     r"^(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z )?"
     r"(?:\([A-Za-z_][A-Za-z0-9_]{0,60} pid=[0-9]{1,18}\) )?"
-    r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-9;-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?$'
+    r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-9;-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?\n?$'
 )
 _CLAIM, _CASCADE, _PER_LINE = 0, 1, 2
 # Every level word a foreign envelope or uvicorn's may hold: with one alone (the access
@@ -331,14 +332,15 @@ def _cascade(
     if odd_mask.any():
         odd, df = split(df, odd_mask)
         odd_parts.append(physical(odd))
-    # 1. uvicorn access lines, the bulk of a busy server's log: the common shape by one
-    # pattern, proved to read as ACCESS_ROW reads it per line (_ACCESS_CANON); any other
-    # line with uvicorn's access literals in order by the checks of _access_verdicts.
-    text = df["raw"]
-    canon = text.str.contains(_ACCESS_CANON) & (text.str.len_bytes() <= _envelope.RECORD_BUDGET)
-    common, df = split(df, canon)
-    claim("access", common)
+    # 1. uvicorn access lines, the bulk of a busy server's log: among the lines with
+    # uvicorn's access literals in order, the common shape by one pattern proved to read as
+    # ACCESS_ROW reads it per line (_ACCESS_CANON), any other by _access_verdicts' checks.
     access, rest = split(df, df["raw"].str.contains(_ACCESS_FAST))
+    if access.height:
+        text = access["raw"]
+        canon = text.str.contains(_ACCESS_CANON) & (text.str.len_bytes() <= _envelope.RECORD_BUDGET)
+        common, access = split(access, canon)
+        claim("access", common)
     if access.height:
         # A vLLM header makes it a vLLM record (an access line quoted in a prompt is data).
         # (`] ` first: a literal scan; uvicorn's access lines have none.)
