@@ -37,6 +37,9 @@ TIMESTAMP_RE = regex.compile(cat.TIMESTAMP, FLAGS)
 # whole header costs its optional level group at every character of a long line.
 _HEADER_AT_RE = regex.compile(cat.HEADER[cat.HEADER.index("(?P<mon>") :], FLAGS)
 HEADER_CORE_RE = regex.compile(cat.HEADER_CORE, FLAGS)
+# A request line's lead, right behind its header: what follows it (the id, the prompt) is
+# a client's text to the end of the physical line.
+_REQUEST_LEADS = tuple(sorted({row.literal for row in cat.REQUEST_ROWS}))
 # Timestamps are looked for with stdlib `re` (an ASCII pattern: the same matches; its scan of
 # `01-01-01...` runs is ~2x faster), each checked by _HEADER_AT_RE; after _STAMP_TRIES that
 # start no header, one search for the first place where both match (a Python step per such
@@ -403,12 +406,18 @@ def _clean(text: str) -> str:
         # tqdm redraws: the log record is what follows the last carriage return that has one.
         # The part holding the last header (no header spans a `\r`), found in one scan: a
         # search per part cost a Python step per `\r` (170 ns a byte on `\r]\r]...`).
-        last = None
-        for last in HEADER_CORE_RE.finditer(text) if "] " in text else ():  # noqa: B007
-            pass  # the last one is wanted
+        # A request line's header ends the search: vLLM logs a client's `request_id` as it
+        # is, carriage returns too (its prompt goes through `repr`), so a header behind it is
+        # the client's text, not a record, and the line runs to its end. (tqdm writes its
+        # redraws before a record; a record ends with its newline, not a `\r`.)
+        last, request = None, False
+        for last in HEADER_CORE_RE.finditer(text) if "] " in text else ():
+            if text.startswith(_REQUEST_LEADS, last.end()):
+                request = True
+                break
         if last is not None:
             at = last.start()
-            end = text.find("\r", at)
+            end = -1 if request else text.find("\r", at)
             found = text[text.rfind("\r", 0, at) + 1 : end if end >= 0 else len(text)]
         else:
             # No record: the last redraw, behind the process prefix the line started with.
