@@ -182,6 +182,23 @@ def _process_before(pre: str) -> tuple[str | None, int | None]:
     return None, None
 
 
+# What a wrapper's match holds after its time (cat.WRAPPER_TS): the rest of its blank and a
+# CRI stream tag.
+_AFTER_WRAPPER_TIME_RE = regex.compile(r"\s*(?:(?:stdout|stderr) [FP] )?", FLAGS)
+
+
+def process_of(pre: str, wrapped: bool) -> tuple[str | None, int | None]:
+    """The process prefix in `pre`, the text in front of a level word as the column-wise path
+    cuts it (after a wrapper's time and one blank, when `wrapped`), read as the per-line path
+    reads the text between the wrapper and the level; a pid past 64 bits as None (the
+    column-wise cast)."""
+    if wrapped:
+        match = _AFTER_WRAPPER_TIME_RE.match(pre)
+        pre = pre[match.end() :] if match is not None else pre
+    proc, pid = _process_before(pre)
+    return proc, pid if pid is None or pid < 1 << 63 else None
+
+
 def _find_header(text: str, pos: int) -> tuple[int, str | None, regex.Match[str]] | None:
     """The first vLLM header at or after `pos`: (start, level or None, match from the
     timestamp on)."""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import polars as pl
 from preemptscope.ingest import catalogue as cat
+from preemptscope.ingest._envelope import process_of
 from preemptscope.ingest._time import SMALL_FRAME
 from preemptscope.ingest.schema import FRAME_SCHEMAS
 
@@ -211,14 +212,19 @@ def _by_distinct(
     ).drop("_key")
 
 
-def _process_columns(prefix: pl.Expr) -> list[pl.Expr]:
-    proc = prefix.str.extract_groups(cat.LAST_PROCESS)
-    return [
-        pl.coalesce(
-            proc.struct.field("proc").str.strip_chars(), prefix.str.extract(cat.RANK_PREFIX, 1)
-        ).alias("process"),
-        proc.struct.field("pid").cast(pl.Int64, strict=False).alias("pid"),
-    ]
+_PROCESS = pl.Struct({"process": pl.String(), "pid": pl.Int64()})
+
+
+def _process_of(key: dict[str, object]) -> dict[str, object]:
+    proc, pid = process_of(str(key["pre"]), bool(key["wrapped"]))
+    return {"process": proc, "pid": pid}
+
+
+def _process_columns(key: pl.Expr) -> list[pl.Expr]:
+    # The per-line path's own reading (one implementation of process prefixes), once per
+    # distinct text in front of the level: a few per log.
+    found = key.map_elements(_process_of, return_dtype=_PROCESS, skip_nulls=False)
+    return [found.struct.field("process"), found.struct.field("pid")]
 
 
 def _with_prefix(frame: pl.DataFrame, pre: pl.Expr) -> pl.DataFrame:
@@ -227,12 +233,14 @@ def _with_prefix(frame: pl.DataFrame, pre: pl.Expr) -> pl.DataFrame:
         pl.col("_pre").str.extract(cat.LEADING_WRAPPER_TS, 1).alias("_wts")
     )
     # The container timestamp differs on every line; what follows it repeats.
+    wrapped = pl.col("_wts").is_not_null()
     rest = (
-        pl.when(pl.col("_wts").is_null())
-        .then(pl.col("_pre"))
-        .otherwise(pl.col("_pre").str.slice(pl.col("_wts").str.len_bytes() + 1))
+        pl.when(wrapped)
+        .then(pl.col("_pre").str.slice(pl.col("_wts").str.len_bytes() + 1))
+        .otherwise(pl.col("_pre"))
     )
-    return _by_distinct(frame, rest, _process_columns).drop("_pre")
+    key = pl.struct(wrapped.alias("wrapped"), rest.alias("pre"))
+    return _by_distinct(frame, key, _process_columns).drop("_pre")
 
 
 def _ascii(frame: pl.DataFrame) -> bool:

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import cast
 
 import polars as pl
-from preemptscope.ingest import _cues, _glue, _lines
+from preemptscope.ingest import _cues, _envelope, _glue, _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._extract import (
     _UNRECOGNIZED_ROWS,
     _access_frame,
+    _chars,
     _kind_columns,
     _other_frame,
     _requests_frame,
@@ -40,6 +41,11 @@ _STATS_VALID = (
     cat.HEADER_CORE
     + cat.STATS_RECORD_START
     + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
+)
+# Stats lines whose process prefix cat.ENVELOPE reads apart from the per-line path: its `(`
+# lost behind a wrapper, two ranks (the last one is the line's), a pid past 64 bits.
+_STATS_UNSURE = (
+    rf"^{cat.no_groups(cat.WRAPPER_TS)}[A-Za-z_][^()\n]*? pid=|\[rank.*\[rank| pid=[0-9]{{19}}"
 )
 # The request lines claimed column-wise: a row's pattern matches right after the header with
 # an id of no `.`, `:`, `,` or space (every real id: `cmpl-<hex>-0`, `chatcmpl-<hex>`), the
@@ -68,7 +74,7 @@ _REQ_CLAIM = (
     + "|".join(_claimed(row) for row in cat.REQUEST_ROWS if row.literal != "Request ")
     + ")"
 )
-# uvicorn's access shape: ` HTTP/` and, around the client, `INFO:` and ` - "`.
+# uvicorn's access literals: ` HTTP/` and, around the client, `INFO:` and ` - "`.
 _ACCESS_HTTP, _ACCESS_LEVEL, _ACCESS_DASH = " HTTP/", "INFO:", ' - "'
 
 
@@ -109,14 +115,58 @@ _BLANK = rf"^(?:\s|{cat.ANSI_SGR})*$"
 _ACCESS_FAST = "(?s)" + ".*".join(re.escape(x) for x in (_ACCESS_LEVEL, _ACCESS_DASH, _ACCESS_HTTP))
 
 
-def _access_masks(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
-    """(has ` HTTP/`, has uvicorn's access shape) for every line."""
-    shape = raw.str.contains(_ACCESS_FAST)
-    others = (~shape).arg_true()
-    if others.len() == 0:
-        return shape, shape
-    http = raw.gather(others).str.contains(_ACCESS_HTTP, literal=True)
-    return shape.clone().scatter(others, http), shape
+# The common access line, read as ACCESS_ROW reads it per line and as `_access_frame` does:
+# docker's time, `(Name pid=N) `, `INFO:`, spaces, an IP client, the request, the status and
+# its phrase, to the end. Nothing in it can be another envelope: its only `LEVEL:` is the
+# access logger's (no `:` in the path; no digit, `:` or `[` in the phrase; a lowercase
+# client), no header (no digits after the status), no pid past 64 bits. One DFA pass (~200 ns
+# a line) in place of the literal scans and finds the other shapes take.
+_ACCESS_CANON = (
+    r"^(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z )?"
+    r"(?:\([A-Za-z_][A-Za-z0-9_]{0,60} pid=[0-9]{1,18}\) )?"
+    r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-9;-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?$'
+)
+_CLAIM, _CASCADE, _PER_LINE = 0, 1, 2
+# Every level word a foreign envelope or uvicorn's may hold: with one alone (the access
+# logger's), no envelope but uvicorn's can be read in the line but `[time] INFO: `.
+_LEVEL_WORDS = "DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
+# What the per-line path does not read as `_access_frame` does, or reads as another record:
+# a line past the per-line budget, a second level word, a pid past 64 bits, a bracketed
+# foreign time in front of the level, a stats record (`Throughput: `).
+_TWO_LEVEL_WORDS = rf"(?:{_LEVEL_WORDS}).*(?:{_LEVEL_WORDS})"
+_ACCESS_UNSURE = rf"{_TWO_LEVEL_WORDS}| pid=[0-9]{{19}}|\] (?:[^ ]+ )?INFO: "
+_CLIENT = r"^ +[!-~][^ ]*(?: [0-9]+)?$"  # `_access_frame`'s client word, then a pid
+_CLIENT_UNSURE = r"^ *[^ !-~]|^ +Throughput:"  # whitespace `\s` may differ on; a stats start
+_ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
+
+
+def _access_verdicts(text: pl.Series) -> pl.Series:
+    """For lines with uvicorn's access literals in order, no header and their first ` - "`
+    after their first `INFO:`: claim (_CLAIM: ACCESS_ROW reads the line per line with the
+    columns `_access_frame` gives), down the cascade (_CASCADE: no access line per line),
+    or per line (_PER_LINE: another reading may be the per-line path's)."""
+    raw = pl.col("raw")
+    info = _chars(raw, raw.str.find(_ACCESS_LEVEL, literal=True).cast(pl.Int64), False)
+    dash = _chars(raw, raw.str.find(_ACCESS_DASH, literal=True).cast(pl.Int64), False)
+    client = raw.str.slice(info + 5, dash - info - 5)
+    unsure = (
+        (raw.str.len_bytes() > _envelope.RECORD_BUDGET)
+        | raw.str.contains(_ACCESS_UNSURE)
+        | client.str.contains(_CLIENT_UNSURE)
+    )
+    fits = client.str.contains(_CLIENT) & raw.str.slice(dash).str.contains(_ACCESS_TAIL)
+    return (
+        pl.DataFrame({"raw": text})
+        .select(
+            pl.when(unsure)
+            .then(_PER_LINE)
+            .when(fits)
+            .then(_CLAIM)
+            .otherwise(_CASCADE)
+            .cast(pl.Int8)
+        )
+        .to_series()
+    )
 
 
 def _dash_after_level(text: pl.Series) -> pl.Series:
@@ -279,9 +329,14 @@ def _cascade(
     if odd_mask.any():
         odd, df = split(df, odd_mask)
         odd_parts.append(physical(odd))
-    # 1. uvicorn access lines, the bulk of a busy server's log.
-    http, shape = _access_masks(df["raw"])
-    access, rest = split(df, http)
+    # 1. uvicorn access lines, the bulk of a busy server's log: the common shape by one
+    # pattern, proved to read as ACCESS_ROW reads it per line (_ACCESS_CANON); any other
+    # line with uvicorn's access literals in order by the checks of _access_verdicts.
+    text = df["raw"]
+    canon = text.str.contains(_ACCESS_CANON) & (text.str.len_bytes() <= _envelope.RECORD_BUDGET)
+    common, df = split(df, canon)
+    claim("access", common)
+    access, rest = split(df, df["raw"].str.contains(_ACCESS_FAST))
     if access.height:
         # A vLLM header makes it a vLLM record (an access line quoted in a prompt is data).
         # (`] ` first: a literal scan; uvicorn's access lines have none.)
@@ -289,11 +344,14 @@ def _cascade(
         header = text.str.contains("] ", literal=True)
         if header.any():
             header = header & text.str.contains(cat.HEADER_CORE)
-        plain = shape.filter(http) & ~header
-        plain = _cues.both(plain, text, _dash_after_level)
+        plain = _cues.both(~header, text, _dash_after_level)
         good, bad = split(access, plain)
-        claim("access", good)
         rest = join(rest, bad)
+        if good.height:
+            verdict = _access_verdicts(good["raw"])
+            claim("access", good.filter(verdict == _CLAIM))
+            odd_parts.append(physical(good.filter(verdict == _PER_LINE)))
+            rest = join(rest, good.filter(verdict == _CASCADE))
     # 2. kinds parsed per line (preemption, KV sizing, config).
     py, rest = split(rest, rest["raw"].str.contains(_PY_LIT))
     odd_parts.append(_settled(physical(py)))
@@ -301,7 +359,8 @@ def _cascade(
     candidates, rest = split(rest, rest["raw"].str.contains(_STATS_LIT))
     if candidates.height:
         single = candidates["raw"].str.count_matches(cat.HEADER_CORE) == 1
-        good, bad = split(candidates, single & candidates["raw"].str.contains(_STATS_VALID))
+        valid = single & candidates["raw"].str.contains(_STATS_VALID)
+        good, bad = split(candidates, valid & ~candidates["raw"].str.contains(_STATS_UNSURE))
         claim("stats", good)
         odd_parts.append(_settled(physical(bad)))
     # 4. request lifecycle lines; a request literal elsewhere in a message is just "other".
@@ -337,6 +396,9 @@ def _cascade(
             rest["raw"],
             lambda sub: sub.str.contains(_cues.UVICORN_PROBE),
         )
+        # A second level word may be a foreign envelope's, which the per-line path reads
+        # first (`... - INFO - Finished request x.(APIServer pid=1) INFO:     Started ...`).
+        uvicorn = _cues.both(uvicorn, rest["raw"], lambda sub: ~sub.str.contains(_TWO_LEVEL_WORDS))
         uvi, rest = split(rest, (rest["hdr"] == 0) & uvicorn)
         claim("other_uvi", uvi.drop("hdr"))
         # 6. lines with nothing the per-line path could read (no header, no literal, no
