@@ -188,8 +188,6 @@ _WORDS_EVENTS = {
 # event is, and needs no condition).
 assert all(re.fullmatch(_REQ_WORDS[1:], words) for words in _WORDS_EVENTS)
 assert len(_WORDS_EVENTS) == 4 * len(_REQ_EVENTS)
-# The most characters the words pattern can match (it looks no further).
-_WORDS_SPAN = max(len(words) for words in _WORDS_EVENTS)
 _ID_END = r"[ :,\r\n]"  # what ends an id (as `_word` cuts it); the delta suffix starts with one
 assert _DELTA[0] == " "
 
@@ -371,20 +369,16 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     # the first 200 characters of the message. Each step is a column of its own: an eager
     # select computes a shared sub-expression once per use, and these run on millions of
     # rows; each string column costs ~50 ns a row, so there are few.
-    frame = _header_columns(sub, None, locations=False)
-    raw = pl.col("raw")
-    start = pl.col("_msg_at")
-    # The lead words with the space before them (the header's `] `), if any: one regex pass
-    # over the few characters they can span; the event is looked up from them.
-    frame = frame.with_columns(
-        raw.str.slice(start, _WORDS_SPAN).str.extract(_REQ_WORDS, 0).alias("_words")
+    frame = _header_columns(sub, None, locations=False).with_columns(
+        pl.col("raw").str.slice(pl.col("_msg_at"), 200).alias("_head")
     )
+    # The lead words with the space before them (the header's `] `), if any: one regex pass;
+    # the event is looked up from them.
+    frame = frame.with_columns(pl.col("_head").str.extract(_REQ_WORDS, 0).alias("_words"))
     words = pl.col("_words")
-    span = words.str.len_chars().cast(pl.Int64)
     frame = frame.with_columns(
         words.replace_strict(_WORDS_EVENTS, default=None, return_dtype=pl.String).alias("_event"),
-        # The rest of the message's first 200 characters.
-        raw.str.slice(start + span, 200 - span).alias("_after"),
+        pl.col("_head").str.slice(words.str.len_chars()).alias("_after"),
     )
     after = pl.col("_after")
     event = pl.col("_event")

@@ -90,9 +90,7 @@ def _events(requests: pl.DataFrame) -> pl.DataFrame:
     if rid.str.ends_with(".").any():  # rarely: the extraction strips the sentence's dot
         rid = rid.str.strip_chars_end(".")
     keep = rows["timestamp"].is_not_null() & rid.is_not_null() & (rid != "")
-    rows = rows.with_columns(rid)
-    # Usually every row is kept: a filter copies every column (its strings too).
-    return rows if keep.all() else rows.filter(keep)
+    return rows.with_columns(rid).filter(keep)
 
 
 def _fold_ids(
@@ -128,51 +126,27 @@ def _fold_ids(
     before = known_before if known_before is not None and known_before.height else None
     # An id known as it is keeps its spelling: among these, only an earlier batch's can be.
     spelt = ids.gather(unknown)
-    # The shortened spellings (only for the ids not known as they are); the twice-shortened
-    # one only for the ids the first one does not fold.
-    one = _shortened(spelt)
-    # Earlier batches' ids are looked up for every spelling as it is, and for the shortened
-    # ones that are no id of this batch (a lookup costs by the spellings looked up).
-    one_known, outside = _known_somewhere(one, reference, before, spelt)
-    exact = one_known[1]
-    by_one = ~exact & one_known[0]
+    # The shortened spellings (the regex is what costs: only for the ids not known as they
+    # are); the twice-shortened one only for the ids the first one does not fold.
+    one = spelt.str.replace(r"-[^-]+$", "")
+    n = spelt.len()
+    earlier = _known_before(pl.concat([spelt, one]), before)  # one lookup for both
+    exact = earlier.head(n)
+    by_one = ~exact & (one.is_in(reference) | earlier.tail(n))
     folded = one.zip_with(by_one, spelt)
+    # Whether a key may be none of the ids (an earlier batch's spelling).
+    outside = bool(earlier.tail(n).any())
     rest = (~exact & ~by_one).arg_true()
     if rest.len():
-        two = _shortened(one.gather(rest))
-        (by_two, _), outside_two = _known_somewhere(two, reference, before)
-        outside = outside or outside_two
+        two = one.gather(rest).str.replace(r"-[^-]+$", "")
+        before_two = _known_before(two, before)
+        outside = outside or bool(before_two.any())
+        by_two = two.is_in(reference) | before_two
         folded = folded.scatter(rest.filter(by_two), two.filter(by_two))
     keys = ids.scatter(unknown, folded).alias("key")
     if hashes is None or outside:
         return events.with_columns(keys)
     return events.with_columns(keys, hashes.scatter(unknown, folded.hash()).alias("_id"))
-
-
-def _known_somewhere(
-    spellings: pl.Series,
-    reference: pl.Series,
-    before: pl.DataFrame | None,
-    also: pl.Series | None = None,
-) -> tuple[tuple[pl.Series, pl.Series], bool]:
-    """((whether each spelling is a `reference` id or an earlier batch's, whether each of
-    `also` is an earlier batch's), whether a spelling that is no reference id is an earlier
-    batch's): one lookup among the earlier ids for both."""
-    own = spellings.is_in(reference)
-    others = (~own).arg_true()
-    extra = also if also is not None else spellings.clear()
-    earlier = _known_before(pl.concat([extra, spellings.gather(others)]), before)
-    found = earlier.tail(others.len())
-    return (own.scatter(others, found), earlier.head(extra.len())), bool(found.any())
-
-
-def _shortened(spellings: pl.Series) -> pl.Series:
-    """Each spelling without its last `-part` (as it is when it has none)."""
-    # Cut as bytes where the part starts (text before an ASCII `-` is whole UTF-8): half the
-    # cost of a regex replace, which builds every string anew.
-    at = spellings.str.find(r"-[^-]+$")
-    cut = spellings.cast(pl.Binary).bin.slice(0, at).cast(pl.String)
-    return cut.zip_with(at.is_not_null(), spellings)
 
 
 def _known_before(spellings: pl.Series, known: pl.DataFrame | None) -> pl.Series:
