@@ -136,9 +136,13 @@ def _finish(
         # Parts already in the target schema (the usual case) need no select and cast.
         same = [p if p.schema == target else p.select(list(target)).cast(target) for p in parts]
         # Stable: the records of one line (glued ones) keep their order, which dating reads.
-        kinds[kind] = (same[0] if len(same) == 1 else pl.concat(same)).sort(
-            "line", nulls_last=True, maintain_order=True
-        )
+        # A part in line order already (the usual bulk part) is not sorted again: a sort
+        # copies every column.
+        frame = same[0] if len(same) == 1 else pl.concat(same)
+        lines = frame["line"]
+        if lines.null_count() or not lines.is_sorted():
+            frame = frame.sort("line", nulls_last=True, maintain_order=True)
+        kinds[kind] = frame
     if kinds:
         _date_and_stamp(
             kinds, result, source=source, deployment=deployment, options=options, state=state
