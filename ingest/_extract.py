@@ -404,6 +404,10 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# What uvicorn's `INFO:` is followed by, as the per-line path's `\s+` reads it in ASCII.
+_BLANKS = " \t\x0b\x0c\r"
+
+
 def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
     raw = pl.col("raw")
     ascii = _ascii(sub)
@@ -434,7 +438,7 @@ def _access_frame(sub: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, dtype=pl.String).alias("_ats"),
         pl.lit(True).alias("_bulk"),
         # KServe prints `client pid - "…"`: the client is the first word.
-        _word(client.str.strip_chars_start(" "), ascii, " ").alias("client"),
+        _word(client.str.strip_chars_start(_BLANKS), ascii, " ").alias("client"),
         pl.col("method"),
         pl.col("path"),
         pl.col("http_version"),

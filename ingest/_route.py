@@ -138,8 +138,11 @@ _LEVEL_WORDS = "DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
 # foreign time in front of the level, a stats record (`Throughput: `).
 _TWO_LEVEL_WORDS = rf"(?:{_LEVEL_WORDS}).*(?:{_LEVEL_WORDS})"
 _ACCESS_UNSURE = rf"{_TWO_LEVEL_WORDS}| pid=[0-9]{{19}}|\] (?:[^ ]+ )?INFO: "
-_CLIENT = r"^ +[!-~][^ ]*(?: [0-9]+)?$"  # `_access_frame`'s client word, then a pid
-_CLIENT_UNSURE = r"^ *[^ !-~]|^ +Throughput:"  # whitespace `\s` may differ on; a stats start
+# `_access_frame`'s client word behind ASCII blanks (`\s` to both engines), then a pid; a
+# first character that is none of them nor printable ASCII (`\s` may differ on it), a stats
+# start (`Throughput: `).
+_CLIENT = r"^[ \t\x0b\x0c\r]+[!-~][^ ]*(?: [0-9]+)?$"
+_CLIENT_UNSURE = r"^[ \t\x0b\x0c\r]*[^ -~\t\x0b\x0c\r]|^[ \t\x0b\x0c\r]*Throughput:"
 _ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
 
 

@@ -238,6 +238,7 @@ KNOWN += [
     ],
     ['INFO:x INFO:     1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
     ['INFO:\t1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
+    ['INFO: \u00a01.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
     ['INFO:     Throughput: 5 - "GET / HTTP/1.1" 200 OK'],
     ['INFO:     1.2.3.4:5 - "GET /INFO:a:b HTTP/1.1" 200 OK'],
     ['[2025-01-15 14:00:00,123] INFO:     1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
