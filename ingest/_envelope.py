@@ -37,9 +37,6 @@ TIMESTAMP_RE = regex.compile(cat.TIMESTAMP, FLAGS)
 # whole header costs its optional level group at every character of a long line.
 _HEADER_AT_RE = regex.compile(cat.HEADER[cat.HEADER.index("(?P<mon>") :], FLAGS)
 HEADER_CORE_RE = regex.compile(cat.HEADER_CORE, FLAGS)
-# A request line's lead, right behind its header: what follows it (the id, the prompt) is
-# a client's text to the end of the physical line.
-_REQUEST_LEADS = tuple(sorted({row.literal for row in cat.REQUEST_ROWS}))
 # Timestamps are looked for with stdlib `re` (an ASCII pattern: the same matches; its scan of
 # `01-01-01...` runs is ~2x faster), each checked by _HEADER_AT_RE; after _STAMP_TRIES that
 # start no header, one search for the first place where both match (a Python step per such
@@ -429,7 +426,7 @@ def _clean(text: str) -> str:
         # redraws before a record; a record ends with its newline, not a `\r`.)
         last, request = None, False
         for last in HEADER_CORE_RE.finditer(text) if "] " in text else ():
-            if text.startswith(_REQUEST_LEADS, last.end()):
+            if text.startswith(cat.REQUEST_LITERALS, last.end()):
                 request = True
                 break
         if last is not None:

@@ -404,7 +404,8 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-# What uvicorn's `INFO:` is followed by, as the per-line path's `\s+` reads it in ASCII.
+# What uvicorn's `INFO:` is followed by, as the per-line path's `\s+` reads it in ASCII (the
+# router's client checks too).
 _BLANKS = " \t\x0b\x0c\r"
 
 

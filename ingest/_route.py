@@ -18,6 +18,7 @@ import polars as pl
 from preemptscope.ingest import _cues, _envelope, _glue, _lines
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._extract import (
+    _BLANKS,
     _UNRECOGNIZED_ROWS,
     _access_frame,
     _chars,
@@ -33,10 +34,9 @@ from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting
 _REQ_STARTS = [f"] {row.literal}" for row in cat.REQUEST_ROWS if row.literal != "Request "]
 _PY_LITERALS = sorted({row.literal for row in cat.PYTHON_ROWS})
 _STATS_LITERALS = sorted({row.literal for row in cat.STATS_ROWS})
-_REQ_LITERALS = sorted({row.literal for row in cat.REQUEST_ROWS})
 _PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
 _STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
-_REQ_LIT = "|".join(re.escape(literal) for literal in _REQ_LITERALS)
+_REQ_LIT = "|".join(re.escape(literal) for literal in cat.REQUEST_LITERALS)
 _STATS_VALID = (
     cat.HEADER_CORE
     + cat.STATS_RECORD_START
@@ -141,8 +141,8 @@ _ACCESS_UNSURE = rf"{_TWO_LEVEL_WORDS}| pid=[0-9]{{19}}|\] (?:[^ ]+ )?INFO: "
 # `_access_frame`'s client word behind ASCII blanks (`\s` to both engines), then a pid; a
 # first character that is none of them nor printable ASCII (`\s` may differ on it), a stats
 # start (`Throughput: `).
-_CLIENT = r"^[ \t\x0b\x0c\r]+[!-~][^ ]*(?: [0-9]+)?$"
-_CLIENT_UNSURE = r"^[ \t\x0b\x0c\r]*[^ -~\t\x0b\x0c\r]|^[ \t\x0b\x0c\r]*Throughput:"
+_CLIENT = rf"^[{_BLANKS}]+[!-~][^ ]*(?: [0-9]+)?$"
+_CLIENT_UNSURE = rf"^[{_BLANKS}]*[^ -~{_BLANKS}]|^[{_BLANKS}]*Throughput:"
 _ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
 
 

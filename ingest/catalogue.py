@@ -654,6 +654,9 @@ REQUEST_ROWS: tuple[LineFormat, ...] = (
         bare_ok=False,
     ),
 )
+# What every request row starts with behind its header (the router's and the per-line path's
+# request literals).
+REQUEST_LITERALS: tuple[str, ...] = tuple(sorted({row.literal for row in REQUEST_ROWS}))
 
 # The part of an access line after the client: the request line and the status.
 ACCESS_REQUEST = (
