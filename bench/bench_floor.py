@@ -29,13 +29,14 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_parse import Run, _cli, _file, measure  # noqa: E402
+from bench_parse import Run, _cli, _file, measure  # type: ignore[import-not-found]  # noqa: E402
 
 CHUNK = 16 << 20
 STATS = "Avg prompt throughput: "
@@ -56,39 +57,77 @@ def _chunks(path: str) -> Iterator[bytes]:
         yield rest
 
 
+# The floors' work, one query on an eager frame (a chunk) or a lazy one (the whole file).
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
+
+
+def _stats(lines: Frame, name: str) -> Frame:
+    line = pl.col(name)
+    return lines.filter(line.str.contains(STATS, literal=True)).select(
+        line.str.extract(r"Running: ([0-9]+) reqs", 1).cast(pl.Int64).alias("running"),
+        line.str.extract(r"Waiting: ([0-9]+) reqs", 1).cast(pl.Int64).alias("waiting"),
+        line.str.extract(r"KV cache usage: ([0-9.]+)%", 1).cast(pl.Float64).alias("kv"),
+    )
+
+
+def _requests(lines: Frame, name: str) -> Frame:
+    """Each request line's time (text), whether it is the arrival, and its id."""
+    line = pl.col(name)
+    req = lines.with_columns(
+        line.str.contains(RECEIVED, literal=True).alias("arrival"),
+        line.str.contains(GENERATED, literal=True).alias("end"),
+    ).filter(pl.col("arrival") | pl.col("end"))
+    # The header's `] ` ends the envelope; the time is the 14 characters before ` [`.
+    close = line.str.find("] ", literal=True)
+    opened = line.str.find(" [", literal=True)
+    lead = pl.when(pl.col("arrival")).then(len(RECEIVED)).otherwise(len(GENERATED))
+    req = req.with_columns(
+        line.str.slice(opened - 14, 14).alias("ts"), line.str.slice(close + lead, 80).alias("_rest")
+    )
+    rest = pl.col("_rest")
+    return req.select("ts", "arrival", rest.str.slice(0, rest.str.find(r"[ :,]")).alias("id"))
+
+
+def _windows(req: Frame) -> Frame:
+    """Date the times, join arrival to response by id, per-10-s requests, mean and p99."""
+    req = req.with_columns(
+        ("2026-" + pl.col("ts")).str.strptime(pl.Datetime, "%Y-%m-%d %H:%M:%S").alias("t")
+    )
+    arrivals = req.filter(pl.col("arrival")).group_by("id").agg(pl.col("t").min().alias("start"))
+    ends = req.filter(~pl.col("arrival")).group_by("id").agg(pl.col("t").max().alias("end"))
+    e2e = (pl.col("end") - pl.col("start")).dt.total_milliseconds() / 1000
+    return (
+        arrivals.join(ends, on="id")
+        .group_by(pl.col("start").dt.truncate("10s"))
+        .agg(pl.len().alias("requests"), e2e.mean().alias("mean"), e2e.quantile(0.99).alias("p99"))
+    )
+
+
+def _summary(stats: Frame, windows: Frame) -> tuple[Frame, Frame]:
+    return (
+        stats.select(
+            pl.len().alias("stats"),
+            pl.col("running").max().alias("max_running"),
+            pl.col("waiting").max().alias("max_waiting"),
+            pl.col("kv").max().alias("max_kv"),
+        ),
+        windows.select(
+            pl.col("requests").sum(),
+            pl.len().alias("windows"),
+            pl.col("p99").max().alias("p99_of_p99"),
+        ),
+    )
+
+
 def _chunk(data: bytes) -> tuple[pl.DataFrame, pl.DataFrame]:
     from preemptscope.ingest._reader import split_lines
 
-    raw = pl.col("raw")
     lines = pl.DataFrame({"raw": split_lines(data)})
-    stats = lines.filter(raw.str.contains(STATS, literal=True)).select(
-        raw.str.extract(r"Running: ([0-9]+) reqs", 1).cast(pl.Int64).alias("running"),
-        raw.str.extract(r"Waiting: ([0-9]+) reqs", 1).cast(pl.Int64).alias("waiting"),
-        raw.str.extract(r"KV cache usage: ([0-9.]+)%", 1).cast(pl.Float64).alias("kv"),
-    )
-    received = raw.str.contains(RECEIVED, literal=True)
-    generated = raw.str.contains(GENERATED, literal=True)
-    req = lines.with_columns(received.alias("arrival"), generated.alias("end"))
-    req = req.filter(pl.col("arrival") | pl.col("end"))
-    # The header's `] ` ends the envelope; the time is the 14 characters before ` [`.
-    close = raw.str.find("] ", literal=True)
-    opened = raw.str.find(" [", literal=True)
-    req = req.with_columns(
-        raw.str.slice(opened - 14, 14).alias("ts"),
-        raw.str.slice(
-            close + pl.when(pl.col("arrival")).then(len(RECEIVED)).otherwise(len(GENERATED)), 80
-        ).alias("_rest"),
-    )
-    rest = pl.col("_rest")
-    req = req.select(
-        "ts",
-        "arrival",
-        rest.str.slice(0, rest.str.find(r"[ :,]")).alias("id"),
-    )
-    return stats, req
+    return _stats(lines, "raw"), _requests(lines, "raw")
 
 
 def floor_report(path: str) -> dict[str, object]:
+    """The report's shape: 16 MB chunks split by the project's reader, two on two threads."""
     parts: list[tuple[pl.DataFrame, pl.DataFrame]] = []
     in_flight: deque[Future[tuple[pl.DataFrame, pl.DataFrame]]] = deque()
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -98,75 +137,17 @@ def floor_report(path: str) -> dict[str, object]:
                 parts.append(in_flight.popleft().result())
         parts.extend(future.result() for future in in_flight)
     stats = pl.concat([p[0] for p in parts])
-    req = pl.concat([p[1] for p in parts]).with_columns(
-        ("2026-" + pl.col("ts")).str.strptime(pl.Datetime, "%Y-%m-%d %H:%M:%S").alias("t")
-    )
-    arrivals = req.filter(pl.col("arrival")).group_by("id").agg(pl.col("t").min().alias("start"))
-    ends = req.filter(~pl.col("arrival")).group_by("id").agg(pl.col("t").max().alias("end"))
-    joined = arrivals.join(ends, on="id").with_columns(
-        ((pl.col("end") - pl.col("start")).dt.total_milliseconds() / 1000).alias("e2e")
-    )
-    windows = (
-        joined.group_by(pl.col("start").dt.truncate("10s"))
-        .agg(
-            pl.len().alias("requests"),
-            pl.col("e2e").mean().alias("mean"),
-            pl.col("e2e").quantile(0.99).alias("p99"),
-        )
-        .sort("start")
-    )
-    return {
-        "stats": stats.height,
-        "max_running": stats["running"].max(),
-        "max_waiting": stats["waiting"].max(),
-        "max_kv": stats["kv"].max(),
-        "requests": joined.height,
-        "windows": windows.height,
-        "p99_of_p99": windows["p99"].max(),
-    }
+    windows = _windows(pl.concat([p[1] for p in parts]))
+    got = _summary(stats, windows)
+    return got[0].to_dicts()[0] | got[1].to_dicts()[0]
 
 
 def lazy_floor_report(path: str) -> dict[str, object]:
     """The same work as one lazy query on Polars' streaming engine (`scan_lines`, unstable in
-    Polars 2.1: it fails on a file that is not UTF-8, and drops the `\r` of a CRLF)."""
-    line = pl.col("line")
+    Polars 2.1: it fails on a file that is not UTF-8, and drops the `\\r` of a CRLF)."""
     lines = pl.scan_lines(path)
-    stats = lines.filter(line.str.contains(STATS, literal=True)).select(
-        pl.len().alias("stats"),
-        line.str.extract(r"Running: ([0-9]+) reqs", 1).cast(pl.Int64).max().alias("max_running"),
-        line.str.extract(r"Waiting: ([0-9]+) reqs", 1).cast(pl.Int64).max().alias("max_waiting"),
-        line.str.extract(r"KV cache usage: ([0-9.]+)%", 1).cast(pl.Float64).max().alias("max_kv"),
-    )
-    arrival = line.str.contains(RECEIVED, literal=True)
-    req = lines.with_columns(
-        arrival.alias("arrival"), line.str.contains(GENERATED, literal=True).alias("end")
-    ).filter(pl.col("arrival") | pl.col("end"))
-    close = line.str.find("] ", literal=True)
-    opened = line.str.find(" [", literal=True)
-    req = req.with_columns(
-        line.str.slice(opened - 14, 14).alias("ts"),
-        line.str.slice(
-            close + pl.when(pl.col("arrival")).then(len(RECEIVED)).otherwise(len(GENERATED)), 80
-        ).alias("_rest"),
-    )
-    rest = pl.col("_rest")
-    req = req.select(
-        ("2026-" + pl.col("ts")).str.strptime(pl.Datetime, "%Y-%m-%d %H:%M:%S").alias("t"),
-        "arrival",
-        rest.str.slice(0, rest.str.find(r"[ :,]")).alias("id"),
-    )
-    arrivals = req.filter(pl.col("arrival")).group_by("id").agg(pl.col("t").min().alias("start"))
-    ends = req.filter(~pl.col("arrival")).group_by("id").agg(pl.col("t").max().alias("end"))
-    e2e = (pl.col("end") - pl.col("start")).dt.total_milliseconds() / 1000
-    windows = (
-        arrivals.join(ends, on="id")
-        .group_by(pl.col("start").dt.truncate("10s"))
-        .agg(pl.len().alias("requests"), e2e.mean().alias("mean"), e2e.quantile(0.99).alias("p99"))
-    )
-    summary = windows.select(
-        pl.col("requests").sum(), pl.len().alias("windows"), pl.col("p99").max().alias("p99_of_p99")
-    )
-    got = pl.collect_all([stats, summary], engine="streaming")
+    stats, windows = _summary(_stats(lines, "line"), _windows(_requests(lines, "line")))
+    got = pl.collect_all([stats, windows], engine="streaming")
     return got[0].to_dicts()[0] | got[1].to_dicts()[0]
 
 
@@ -184,7 +165,7 @@ def main() -> None:
         print(json.dumps(lazy_floor_report(args.path), default=str))
         return
     if args.inner == "duckdb":
-        from bench_parse import duckdb_query
+        from bench_parse import duckdb_query  # type: ignore[import-not-found]
 
         print(json.dumps(duckdb_query(args.path)))
         return
