@@ -165,7 +165,7 @@ def main() -> None:
         print(json.dumps(lazy_floor_report(args.path), default=str))
         return
     if args.inner == "duckdb":
-        from bench_parse import duckdb_query  # type: ignore[import-not-found]
+        from bench_parse import duckdb_query
 
         print(json.dumps(duckdb_query(args.path)))
         return
