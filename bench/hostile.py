@@ -1,8 +1,9 @@
 """Adversarial log text, for bench_hostile.py (cost per MB) and tests/ingest (results).
 
 Each input is what a user of the LLM service can put into a log through a prompt (vLLM logs
-prompts with repr in `Received request ...: prompt: '...'`), or what a damaged or hostile file
-holds. `lines(name, size)` gives about `size` bytes of physical lines of one class.
+prompts with repr in `Received request ...: prompt: '...'`) or a request's query string
+(uvicorn logs it raw in the access line), or what a damaged or hostile file holds.
+`lines(name, size)` gives about `size` bytes of physical lines of one class.
 """
 
 from __future__ import annotations
@@ -116,6 +117,13 @@ def json_deep(size: int) -> list[str]:
     return ['{"log": ' + "[" * 5_000 for _ in range(max(1, size // per))]
 
 
+def access_query(size: int) -> list[str]:
+    """Access lines whose query string holds `LEVEL:name:msg` (the client writes the query;
+    uvicorn logs it raw): each read per line as a foreign envelope cost ~25x a normal line."""
+    unit = '(APIServer pid=1) INFO:     10.0.1.2:3333 - "GET /v1/models?INFO:a:b HTTP/1.1" 200 OK'
+    return [unit for _ in range(max(1, size // (len(unit) + 1)))]
+
+
 def junk(size: int) -> list[str]:
     """Lines nobody recognises (printable noise of ordinary length)."""
     unit = "lorem ipsum 01-15 [x] dolor: sit=amet, (consectetur) 12.5% adipiscing elit sed do"
@@ -136,6 +144,7 @@ CLASSES: dict[str, Callable[[int], list[str]]] = {
     "headers_prompt": headers_prompt,
     "process_prefixes": process_prefixes,
     "json_deep": json_deep,
+    "access_query": access_query,
     "junk": junk,
 }
 

@@ -210,10 +210,10 @@ def config_pairs(origin: str, payload: str) -> dict[str, str]:
 def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
     """Kind and columns of one message; None when no catalogue row fits."""
     message = message.rstrip("\r\n")
-    if STATS_START_RE.match(message) or message.startswith("Throughput: "):
-        return "scheduler_stats", stats_fields(message[:STATS_BUDGET])
     if env.file == "uvicorn":
-        # uvicorn's access logger writes at INFO only (the router claims `INFO:` lines).
+        # uvicorn's loggers print its own messages and access lines, never a vLLM record: a
+        # stats start behind `INFO:` is an access line's client (X-Forwarded-For). Its access
+        # logger writes at INFO only (the router claims `INFO:` lines).
         match = ACCESS_RE.match(message) if env.level == "INFO" else None
         if match is not None:
             return "access", {
@@ -224,6 +224,8 @@ def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
                 "status": int(match.group("status")),
             }
         return None
+    if STATS_START_RE.match(message) or message.startswith("Throughput: "):
+        return "scheduler_stats", stats_fields(message[:STATS_BUDGET])
     # Where a record may start in a message without an envelope, past position 0: found once
     # for every row (per row, the two leads cost ~100 us on a 4 KB line).
     starts = [] if env.known else _bare_starts(message)

@@ -230,6 +230,10 @@ def envelope(text: str) -> tuple[Env, str]:
     colon = ":" in text
     # A vLLM header has a `]` after its location: without one, no timestamp search.
     found = _find_header(text, begin) if colon and "]" in text else None
+    # A line's first envelope is its envelope: a header behind uvicorn's `LEVEL:` is in
+    # uvicorn's message (an access line's client, from X-Forwarded-For, is anyone's text).
+    if found is not None and UVICORN_LEVEL_RE.search(text, begin, found[0]) is not None:
+        found = None
     # Foreign envelopes and uvicorn's all hold a level word: without one, none of their six
     # searches (~7.5 ns a byte each) runs (hypothesis found `1.{non-default args: '` runs
     # at 560 ms per MB).
@@ -253,10 +257,14 @@ def envelope(text: str) -> tuple[Env, str]:
             ),
             text[match.end() :],
         )
+    # uvicorn's level first: a foreign envelope found after it is in its message (a client's
+    # query string `?INFO:a:b` in an access line), not the line's envelope: the first wins.
+    uvicorn = UVICORN_LEVEL_RE.search(text, begin) if levelled else None
+    first = uvicorn.start() if uvicorn is not None else len(text)
     for _env, pattern in FOREIGN_RES if levelled else ():
         # From the line start: a foreign timestamp may be what looked like a wrapper's.
         match = pattern.search(text)
-        if match is not None:
+        if match is not None and match.start() <= first:
             groups = match.groupdict()
             inside = match.start() < begin
             proc, pid = _process_before(text[0 if inside else begin : match.start()])
@@ -275,7 +283,7 @@ def envelope(text: str) -> tuple[Env, str]:
                 ),
                 groups.get("msg") or "",
             )
-    match = UVICORN_LEVEL_RE.search(text, begin) if levelled else None
+    match = uvicorn
     if match is not None:
         proc, pid = _process_before(text[begin : match.start()])
         return (

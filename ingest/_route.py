@@ -119,17 +119,23 @@ _ACCESS_FAST = "(?s)" + ".*".join(re.escape(x) for x in (_ACCESS_LEVEL, _ACCESS_
 
 # The common access line, read as ACCESS_ROW reads it per line and as `_access_frame` does:
 # docker's time, `(Name pid=N) `, `INFO:`, spaces, an IP client, the request, the status and
-# its phrase, to the end of the line (its newline too). Nothing in it can be another envelope:
-# its only `LEVEL:` is the access logger's (no `:` in the path; no digit, `:` or `[` in the
-# phrase; a lowercase client), no header (no digit after the status), no pid past 64 bits.
+# its phrase, to the end of the line (its newline too). Nothing in it can be another
+# envelope: a `LEVEL:` in the path (a client's query string, `?INFO:a:b`) comes after the
+# access logger's, and the per-line path reads a line's first envelope (_envelope.envelope);
+# no digit, `:` or `[` in the phrase; a lowercase client; no header (no digit after the
+# status); no pid past 64 bits.
 # One DFA pass (~200 ns a line) on the lines with uvicorn's access literals in order, in
 # place of the literal scans and finds the other shapes take.
 _ACCESS_CANON = (
     r"^(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z )?"
     r"(?:\([A-Za-z_][A-Za-z0-9_]{0,60} pid=[0-9]{1,18}\) )?"
-    r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-9;-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?\n?$'
+    r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?\n?$'
 )
 _CLAIM, _CASCADE, _PER_LINE = 0, 1, 2
+# uvicorn's level words with their colon (cat.UVICORN_LEVEL), and one of them before a vLLM
+# header.
+_LEVEL_COLONS = [f"{word}:" for word in cat.UVICORN_LEVEL.removeprefix("(?:")[:-2].split("|")]
+_LEVEL_THEN_HEADER = cat.UVICORN_LEVEL + ".*" + cat.HEADER_CORE
 # Every level word a foreign envelope or uvicorn's may hold: with one alone (the access
 # logger's), no envelope but uvicorn's can be read in the line but `[time] INFO: `.
 _LEVEL_WORDS = "DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
@@ -359,6 +365,19 @@ def _cascade(
             claim("access", good.filter(verdict == _CLAIM))
             odd_parts.append(physical(good.filter(verdict == _PER_LINE)))
             rest = join(rest, good.filter(verdict == _CASCADE))
+    # A vLLM header behind uvicorn's `LEVEL:` is in uvicorn's message (an access line's
+    # client from X-Forwarded-For is anyone's text): the per-line path reads a line's first
+    # envelope, here any `LEVEL:` before a header (more than uvicorn's, never less).
+    if rest.height:
+        text = rest["raw"]
+        behind = _cues.both(
+            text.str.contains_any(_LEVEL_COLONS),
+            text,
+            lambda sub: sub.str.contains(_LEVEL_THEN_HEADER),
+        )
+        if behind.any():
+            behind_uvicorn, rest = split(rest, behind)
+            odd_parts.append(physical(behind_uvicorn))
     # 2. kinds parsed per line (preemption, KV sizing, config).
     py, rest = split(rest, rest["raw"].str.contains(_PY_LIT))
     odd_parts.append(_settled(physical(py)))

@@ -39,6 +39,7 @@ EXPECTED = {
     "headers_prompt": {"requests"},
     "process_prefixes": {"other"},
     "json_deep": {"unrecognized"},
+    "access_query": {"access"},
     "junk": {"unrecognized"},
 }
 

@@ -1,0 +1,109 @@
+"""An access line's path is the client's text: a level word in it is not an envelope.
+
+uvicorn logs the request target as the client sent it (the path quoted, the query string
+raw), so `GET /v1/models?INFO:a:b` puts Python's `LEVEL:name:msg` shape after the access
+logger's `INFO:`. The per-line path read that as the line's envelope (an `other` record with
+logger `a`: the access line lost, at ~25x the cost of a normal line, for every request the
+client sends). A line's first envelope is its envelope; the router claims these lines
+column-wise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from preemptscope.ingest import _lines
+
+from tests.ingest import test_hostile_agree, test_hostile_routing
+
+
+def _both(lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The frames as routed and with every line read per line (test_hostile_agree)."""
+    return test_hostile_routing._frames(lines), test_hostile_agree._read_per_line(lines)
+
+
+PREFIX = '(APIServer pid=1) INFO:     10.0.1.2:333 - "GET '
+QUERIES = [
+    "/v1/models?INFO:a:b",
+    "/v1/models?WARNING:vllm.core.scheduler:Sequence",
+    '/v1/models?x=-"INFO:-"',
+    "/INFO:a:b",
+    "/v1/models?[2025-01-15T14:00:00Z]ERROR:x:y",
+    "/v1/models?2025-01-15T14:00:00Z",
+    "/v1/models?q=DEBUG:a:b&r=CRITICAL:c:d",
+]
+
+
+def _line(path: str) -> str:
+    return f'{PREFIX}{path} HTTP/1.1" 200 OK'
+
+
+@pytest.mark.parametrize("path", QUERIES)
+def test_a_level_word_in_the_query_stays_in_the_access_row(path: str) -> None:
+    routed, per_line = _both([_line(path)])
+    assert routed == per_line
+    assert set(routed) == {"access", "accounting"}
+    (row,) = routed["access"]
+    assert (row["client"], row["method"], row["path"], row["status"]) == (
+        "10.0.1.2:333",
+        "GET",
+        path,
+        200,
+    )
+    assert (row["process"], row["pid"]) == ("APIServer", 1)
+
+
+def test_such_lines_are_claimed_column_wise(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[Any] = []
+    real = _lines.parse_odd_lines
+
+    def spy(lines: Any, no_record: Any) -> Any:
+        sent.extend(lines)
+        return real(lines, no_record)
+
+    monkeypatch.setattr(_lines, "parse_odd_lines", spy)
+    routed: dict[str, Any] = test_hostile_routing._frames([_line(path) for path in QUERIES])
+    assert len(routed["access"]) == len(QUERIES)
+    assert sent == []
+
+
+def test_a_foreign_envelope_in_front_of_uvicorns_still_wins() -> None:
+    # `[time] INFO:` (LMCache's format) before the access logger's text: the first envelope.
+    line = '[2025-01-15 14:00:00,123] INFO:     1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'
+    routed, per_line = _both([line])
+    assert routed == per_line
+    assert "access" not in routed
+    assert routed["other"][0]["message"].strip() == '1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'
+
+
+_PREEMPT = (
+    "Sequence group 7 is preempted by PreemptionMode.RECOMPUTE mode because there is not"
+    " enough KV cache space. total_num_cumulative_preemption=5000"
+)
+_STATS = (
+    "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3"
+    " reqs, Waiting: 400 reqs, GPU KV cache usage: 100.0%"
+)
+# uvicorn takes the client from X-Forwarded-For behind a trusted proxy (`--forwarded-allow-ips`,
+# `FORWARDED_ALLOW_IPS=*`): the header's last entry, spaces and all, is printed as the client.
+CLIENTS = [
+    f"x WARNING:vllm:{_PREEMPT}",
+    f"INFO 01-15 14:00:00 [scheduler.py:1] {_PREEMPT}",
+    f"x INFO 01-15 14:00:00 [loggers.py:1] {_STATS}",
+    _STATS,
+    f"[2025-01-15 14:00:00,123] WARNING: {_PREEMPT}",
+    "INFO 01-15 14:00:00 [logger.py:43] Received request cmpl-1: prompt: 'x', params: None.",
+    "x 01-15 14:00:00 [async_llm.py:1] Added request cmpl-2.",
+]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_forwarded_client_forges_no_record(client: str) -> None:
+    line = f'(APIServer pid=1) INFO:     {client}:0 - "GET /v1/models HTTP/1.1" 200 OK'
+    routed, per_line = _both([line])
+    assert routed == per_line
+    assert set(routed) == {"other", "accounting"}
+    assert routed["accounting"] == (1, 1, 0, 0)
+    (row,) = routed["other"]
+    assert (row["logger_file"], row["process"], row["timestamp"]) == ("uvicorn", "APIServer", None)
