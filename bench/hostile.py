@@ -124,6 +124,13 @@ def access_query(size: int) -> list[str]:
     return [unit for _ in range(max(1, size // (len(unit) + 1)))]
 
 
+def access_client(size: int) -> list[str]:
+    """Access lines whose client (the last X-Forwarded-For entry, behind a proxy uvicorn
+    trusts) holds spaces and level words: each read per line cost ~15x a normal line."""
+    unit = '(APIServer pid=1) INFO:     x WARNING:vllm:y z:0 - "GET /v1/models HTTP/1.1" 200 OK'
+    return [unit for _ in range(max(1, size // (len(unit) + 1)))]
+
+
 def junk(size: int) -> list[str]:
     """Lines nobody recognises (printable noise of ordinary length)."""
     unit = "lorem ipsum 01-15 [x] dolor: sit=amet, (consectetur) 12.5% adipiscing elit sed do"
@@ -145,6 +152,7 @@ CLASSES: dict[str, Callable[[int], list[str]]] = {
     "process_prefixes": process_prefixes,
     "json_deep": json_deep,
     "access_query": access_query,
+    "access_client": access_client,
     "junk": junk,
 }
 

@@ -136,6 +136,9 @@ _CLAIM, _CASCADE, _PER_LINE = 0, 1, 2
 # header.
 _LEVEL_COLONS = [f"{word}:" for word in cat.UVICORN_LEVEL.removeprefix("(?:")[:-2].split("|")]
 _LEVEL_THEN_HEADER = cat.UVICORN_LEVEL + ".*" + cat.HEADER_CORE
+# uvicorn's level opening the line, behind docker's time and a process prefix at most (as in
+# _ACCESS_CANON): no envelope can start before it.
+_UVICORN_FIRST = _ACCESS_CANON[: _ACCESS_CANON.index("INFO: +")] + cat.UVICORN_LEVEL + " "
 # Every level word a foreign envelope or uvicorn's may hold: with one alone (the access
 # logger's), no envelope but uvicorn's can be read in the line but `[time] INFO: `.
 _LEVEL_WORDS = "DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
@@ -161,9 +164,11 @@ def _access_verdicts(text: pl.Series) -> pl.Series:
     info = _chars(raw, raw.str.find(_ACCESS_LEVEL, literal=True).cast(pl.Int64), False)
     dash = _chars(raw, raw.str.find(_ACCESS_DASH, literal=True).cast(pl.Int64), False)
     client = raw.str.slice(info + 5, dash - info - 5)
+    # Behind uvicorn's level at the line's start, a level word, a bracket or a pid in the
+    # client is the client's text: no envelope can start before uvicorn's.
     unsure = (
         (raw.str.len_bytes() > _envelope.RECORD_BUDGET)
-        | raw.str.contains(_ACCESS_UNSURE)
+        | (raw.str.contains(_ACCESS_UNSURE) & ~raw.str.contains(_UVICORN_FIRST))
         | client.str.contains(_CLIENT_UNSURE)
     )
     fits = client.str.contains(_CLIENT) & raw.str.slice(dash).str.contains(_ACCESS_TAIL)
@@ -423,8 +428,14 @@ def _cascade(
             lambda sub: sub.str.contains(_cues.UVICORN_PROBE),
         )
         # A second level word may be a foreign envelope's, which the per-line path reads
-        # first (`... - INFO - Finished request x.(APIServer pid=1) INFO:     Started ...`).
-        uvicorn = _cues.both(uvicorn, rest["raw"], lambda sub: ~sub.str.contains(_TWO_LEVEL_WORDS))
+        # first (`... - INFO - Finished request x.(APIServer pid=1) INFO:     Started ...`),
+        # unless uvicorn's level opens the line: then it is the line's first envelope (an
+        # access line's client from X-Forwarded-For may hold any level word).
+        uvicorn = _cues.both(
+            uvicorn,
+            rest["raw"],
+            lambda sub: ~sub.str.contains(_TWO_LEVEL_WORDS) | sub.str.contains(_UVICORN_FIRST),
+        )
         uvi, rest = split(rest, (rest["hdr"] == 0) & uvicorn)
         claim("other_uvi", uvi.drop("hdr"))
         # 6. lines with nothing the per-line path could read (no header, no literal, no

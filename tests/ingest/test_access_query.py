@@ -54,15 +54,21 @@ def test_a_level_word_in_the_query_stays_in_the_access_row(path: str) -> None:
     assert (row["process"], row["pid"]) == ("APIServer", 1)
 
 
-def test_such_lines_are_claimed_column_wise(monkeypatch: pytest.MonkeyPatch) -> None:
-    sent: list[Any] = []
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The lines the router leaves to the per-line path, as they are sent."""
+    lines_sent: list[Any] = []
     real = _lines.parse_odd_lines
 
     def spy(lines: Any, no_record: Any) -> Any:
-        sent.extend(lines)
+        lines_sent.extend(lines)
         return real(lines, no_record)
 
     monkeypatch.setattr(_lines, "parse_odd_lines", spy)
+    return lines_sent
+
+
+def test_such_lines_are_claimed_column_wise(sent: list[Any]) -> None:
     routed: dict[str, Any] = test_hostile_routing._frames([_line(path) for path in QUERIES])
     assert len(routed["access"]) == len(QUERIES)
     assert sent == []
@@ -107,3 +113,21 @@ def test_a_forwarded_client_forges_no_record(client: str) -> None:
     assert routed["accounting"] == (1, 1, 0, 0)
     (row,) = routed["other"]
     assert (row["logger_file"], row["process"], row["timestamp"]) == ("uvicorn", "APIServer", None)
+
+
+@pytest.mark.parametrize(
+    "client", ["x WARNING:vllm:y z", "a b c", "[x] INFO: y", "x pid=12345678901234567890 y"]
+)
+def test_a_forwarded_client_with_level_words_is_read_column_wise(client: str) -> None:
+    # uvicorn's level opens the line: nothing in the client can be an envelope before it.
+    line = f'(APIServer pid=1) INFO:     {client}:0 - "GET /v1/models HTTP/1.1" 200 OK'
+    routed, per_line = _both([line])
+    assert routed == per_line
+    assert routed["other"][0]["message"] == f'{client}:0 - "GET /v1/models HTTP/1.1" 200 OK'
+
+
+@pytest.mark.parametrize("client", ["x WARNING:vllm:y z", "a b c", "[x] INFO: y"])
+def test_such_clients_are_read_column_wise(client: str, sent: list[Any]) -> None:
+    line = f'(APIServer pid=1) INFO:     {client}:0 - "GET /v1/models HTTP/1.1" 200 OK'
+    test_hostile_routing._frames([line])
+    assert sent == []

@@ -40,6 +40,7 @@ EXPECTED = {
     "process_prefixes": {"other"},
     "json_deep": {"unrecognized"},
     "access_query": {"access"},
+    "access_client": {"other"},
     "junk": {"unrecognized"},
 }
 
