@@ -132,9 +132,7 @@ _ACCESS_CANON = (
     r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?\n?$'
 )
 _CLAIM, _CASCADE, _PER_LINE = 0, 1, 2
-# uvicorn's level words with their colon (cat.UVICORN_LEVEL), and one of them before a vLLM
-# header.
-_LEVEL_COLONS = [f"{word}:" for word in cat.UVICORN_LEVEL.removeprefix("(?:")[:-2].split("|")]
+# One of uvicorn's level words with its colon before a vLLM header.
 _LEVEL_THEN_HEADER = cat.UVICORN_LEVEL + ".*" + cat.HEADER_CORE
 # uvicorn's level opening the line, behind docker's time and a process prefix at most (as in
 # _ACCESS_CANON): no envelope can start before it.
@@ -374,12 +372,9 @@ def _cascade(
     # client from X-Forwarded-For is anyone's text): the per-line path reads a line's first
     # envelope, here any `LEVEL:` before a header (more than uvicorn's, never less).
     if rest.height:
-        text = rest["raw"]
-        behind = _cues.both(
-            text.str.contains_any(_LEVEL_COLONS),
-            text,
-            lambda sub: sub.str.contains(_LEVEL_THEN_HEADER),
-        )
+        # (One pass: the level words are the regex's SIMD prefilter, ~50 ns a line;
+        # `contains_any` of them took ~430.)
+        behind = rest["raw"].str.contains(_LEVEL_THEN_HEADER)
         if behind.any():
             behind_uvicorn, rest = split(rest, behind)
             odd_parts.append(physical(behind_uvicorn))
