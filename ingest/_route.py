@@ -137,6 +137,8 @@ _LEVEL_THEN_HEADER = cat.UVICORN_LEVEL + ".*" + cat.HEADER_CORE
 # uvicorn's level opening the line, behind docker's time and a process prefix at most (as in
 # _ACCESS_CANON): no envelope can start before it.
 _UVICORN_FIRST = _ACCESS_CANON[: _ACCESS_CANON.index("INFO: +")] + cat.UVICORN_LEVEL + " "
+# The access logger's `INFO:` opening the line: the `INFO:` `_access_frame` reads after.
+_ACCESS_FIRST = _ACCESS_CANON[: _ACCESS_CANON.index("INFO: +")] + _ACCESS_LEVEL + " "
 # Every level word a foreign envelope or uvicorn's may hold: with one alone (the access
 # logger's), no envelope but uvicorn's can be read in the line but `[time] INFO: `.
 _LEVEL_WORDS = "DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
@@ -162,11 +164,11 @@ def _access_verdicts(text: pl.Series) -> pl.Series:
     info = _chars(raw, raw.str.find(_ACCESS_LEVEL, literal=True).cast(pl.Int64), False)
     dash = _chars(raw, raw.str.find(_ACCESS_DASH, literal=True).cast(pl.Int64), False)
     client = raw.str.slice(info + 5, dash - info - 5)
-    # Behind uvicorn's level at the line's start, a level word, a bracket or a pid in the
-    # client is the client's text: no envelope can start before uvicorn's.
+    # Behind the access logger's `INFO:` at the line's start, a level word, a bracket or a
+    # pid in the client is the client's text: no envelope can start before it.
     unsure = (
         (raw.str.len_bytes() > _envelope.RECORD_BUDGET)
-        | (raw.str.contains(_ACCESS_UNSURE) & ~raw.str.contains(_UVICORN_FIRST))
+        | (raw.str.contains(_ACCESS_UNSURE) & ~raw.str.contains(_ACCESS_FIRST))
         | client.str.contains(_CLIENT_UNSURE)
     )
     fits = client.str.contains(_CLIENT) & raw.str.slice(dash).str.contains(_ACCESS_TAIL)

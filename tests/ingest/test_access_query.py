@@ -131,3 +131,20 @@ def test_such_clients_are_read_column_wise(client: str, sent: list[Any]) -> None
     line = f'(APIServer pid=1) INFO:     {client}:0 - "GET /v1/models HTTP/1.1" 200 OK'
     test_hostile_routing._frames([line])
     assert sent == []
+
+
+# A random mixture found the first: another level word opens the line, an access line is
+# glued behind it; the claim read the client after the `INFO:` (an access row) where the
+# per-line path reads the first envelope (`other`).
+@pytest.mark.parametrize(
+    "line",
+    [
+        'WARNING:  Started server process [1]INFO:     172.18.0.1:59468 - "GET / HTTP/1.1" 200 OK',
+        'INFO:  Started server process [1]INFO:     172.18.0.1:59468 - "GET / HTTP/1.1" 200 OK',
+        'ERROR:    x WARNING:vllm:y z:0 - "GET /v1/models HTTP/1.1" 200 OK',
+    ],
+)
+def test_a_glued_access_line_behind_another_level_is_its_message(line: str) -> None:
+    routed, per_line = _both([line])
+    assert routed == per_line
+    assert set(routed) == {"other", "accounting"}
