@@ -156,7 +156,7 @@ def _frames(logs: Iterable[LogFrames], kind: str) -> pl.DataFrame:
 def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> DeploymentReport:
     stats = _frames(inputs.logs, "scheduler_stats")
     warnings = _frames(inputs.logs, "preemption_warning")
-    metrics = inputs.metrics if inputs.metrics is not None and inputs.metrics.height else None
+    metrics = latency.usable_samples(inputs.metrics)
     lat = inputs.latencies if inputs.latencies is not None and inputs.latencies.height else None
     if lat is None:
         # No client results: per-request latency from the log's received -> finished lines.

@@ -68,6 +68,17 @@ Window = tuple[datetime, datetime]
 # Windows
 
 
+def usable_samples(metrics: pl.DataFrame | None) -> pl.DataFrame | None:
+    """The /metrics samples with a number to analyse (None when there are none): NaN,
+    infinite and past-64-bit values are no reading (the source's notes say how many:
+    ingest/metrics.snapshot_notes). The analysis and the replay read only these."""
+    if metrics is None:
+        return None
+    value = pl.col("value")
+    kept = metrics.filter(value.is_finite() & (value.abs() < 2.0**63))
+    return kept if kept.height else None
+
+
 def _check_windows(windows: Sequence[Window]) -> None:
     for (start, end), following in zip(windows, [*windows[1:], None], strict=True):
         if start.tzinfo is None or end.tzinfo is None:

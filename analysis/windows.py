@@ -235,22 +235,31 @@ def metric_windows(
 Gauge = list[tuple[float | None, float | None]]  # (max, mean) per window
 
 
+def finite(value: float | None) -> float | None:
+    """A sample's value, or None when it is NaN or infinite (no number to analyse)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def whole(value: float | None) -> int | None:
-    """A count read from a float sample (or a sum of them), rounded; None stays None."""
-    return round(value) if value is not None else None
+    """A count read from a float sample (or a sum of them), rounded; None stays None, and so
+    does what no count can be (NaN, infinite, past 64 bits)."""
+    if value is None or not math.isfinite(value) or abs(value) >= 2.0**63:
+        return None
+    return round(value)
 
 
 def gauge_columns(
     kv: Gauge, running: Gauge, waiting: Gauge, capacity: Gauge
 ) -> dict[str, list[float | None] | list[int | None]]:
     """The gauge columns of METRIC_WINDOW_COLUMNS from per-window (max, mean) pairs: from raw
-    samples here, from Prometheus' reductions in preemptscope/fleet_reduce.py."""
+    samples here, from Prometheus' reductions in preemptscope/fleet_reduce.py (which may be
+    NaN or infinite: no number)."""
     return {
-        "m_kv_max": [x[0] for x in kv],
-        "m_kv_mean": [x[1] for x in kv],
-        "m_running_mean": [x[1] for x in running],
+        "m_kv_max": [finite(x[0]) for x in kv],
+        "m_kv_mean": [finite(x[1]) for x in kv],
+        "m_running_mean": [finite(x[1]) for x in running],
         "m_running_max": [whole(x[0]) for x in running],
-        "m_waiting_mean": [x[1] for x in waiting],
+        "m_waiting_mean": [finite(x[1]) for x in waiting],
         "m_waiting_max": [whole(x[0]) for x in waiting],
         "m_wfc_max": [whole(x[0]) for x in capacity],
     }

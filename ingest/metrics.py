@@ -253,6 +253,8 @@ def _template(
         if metrics is not None and metric not in metrics:
             continue
         labels = dict(label_items)
+        if sample_kind == "bucket" and "le" not in labels:
+            raise _BucketWithoutLe(source, name)
         le = _parse_le(labels.pop("le"), source) if sample_kind == "bucket" else None
         keep.append(position)
         columns["metric"].append(metric)
@@ -300,6 +302,22 @@ def _labels_json(items: tuple[tuple[str, str], ...]) -> str:
     return json.dumps(dict(items), sort_keys=True)
 
 
+class _BucketWithoutLe(InputError):
+    """A histogram's `_bucket` sample with no `le` label (its line is found by the caller)."""
+
+    def __init__(self, source: str, name: str) -> None:
+        super().__init__(source, f"histogram bucket {name} has no le label")
+        self.sample = name
+
+
+def _bucket_line(text: str, name: str) -> int | None:
+    """The first line of sample `name` without an `le` label."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith((name + "{", name + " ")) and "le=" not in line:
+            return number
+    return None
+
+
 def _parse_le(raw: str, source: str) -> float:
     try:
         return math.inf if raw in ("+Inf", "Inf", "inf") else float(raw)
@@ -338,13 +356,16 @@ def parse_metrics_text(
     if text.lstrip().startswith(("<", "{", "[")):
         raise InputError(source, "not Prometheus text exposition (looks like HTML or JSON)", 1)
     split = _split_lines(text)
-    built = _cached_template(split[0], metrics, source) if split is not None else None
-    if split is not None and built is not None:
-        values = split[1]
-    else:
-        samples = _slow_samples(text, source)
-        built = _template(samples, metrics, source)
-        values = [sample[4] for sample in samples]
+    try:
+        built = _cached_template(split[0], metrics, source) if split is not None else None
+        if split is not None and built is not None:
+            values = split[1]
+        else:
+            samples = _slow_samples(text, source)
+            built = _template(samples, metrics, source)
+            values = [sample[4] for sample in samples]
+    except _BucketWithoutLe as missing:
+        raise InputError(source, missing.reason, _bucket_line(text, missing.sample)) from None
     template, keep = built
     kept = values if len(keep) == len(values) else [values[i] for i in keep]
     return template.with_columns(
@@ -361,6 +382,10 @@ def snapshot_notes(frame: pl.DataFrame) -> list[str]:
         pl.col("raw_name").str.starts_with("vllm:") | pl.col("raw_name").str.starts_with("ray_vllm")
     )
     if vllm.height:
+        value = pl.col("value")
+        unread = vllm.filter(~value.is_finite() | (value.abs() >= 2.0**63)).height
+        if unread:
+            return [f"{unread} vLLM sample(s) NaN, infinite or past 64 bits: not used (no number)"]
         return []
     if frame.height == 0:
         return [

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from preemptscope.analysis import kvmodel
+from preemptscope.analysis import kvmodel, latency
 from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.calibrate import fit_step_cost
 from preemptscope.analysis.sim.config import SimConfig, reserves_full_isl
@@ -164,7 +164,7 @@ def replay_inputs(item: Any, *, latencies: pl.DataFrame | None = None) -> Replay
         derived = log_latencies(item.logs)
         latencies = derived if derived.height else None
     arrivals = log_arrivals(item.logs) if item.logs else None
-    metrics = item.metrics if item.metrics is not None and item.metrics.height else None
+    metrics = latency.usable_samples(item.metrics)
     return ReplayFrames(
         latencies,
         metrics,
