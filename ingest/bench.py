@@ -24,7 +24,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -167,7 +167,28 @@ def _number(value: Any) -> float | None:
 
 def _count(value: Any) -> int | None:
     number = _number(value)
-    return int(number) if number is not None else None
+    return int(number) if number is not None and abs(number) < 2.0**63 else None
+
+
+def _unix(seconds: float | None) -> datetime | None:
+    """Unix seconds as a time; None when there are none or no calendar holds them."""
+    if seconds is None:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _after(moment: datetime | None, seconds: float | None) -> datetime | None:
+    """`moment` moved by `seconds`; None when either is missing or the result is past any
+    calendar (a damaged file's duration of 1e30 s)."""
+    if moment is None or seconds is None:
+        return None
+    try:
+        return moment + timedelta(seconds=seconds)
+    except OverflowError:
+        return None
 
 
 def _moment(value: Any) -> datetime | None:
@@ -214,7 +235,7 @@ def _vllm_anchor(result: Mapping[str, Any], path: str, notes: list[str]) -> date
     note = "vllm bench `date` is the client's local time; read as UTC (give a start to re-anchor)"
     if note not in notes:
         notes.append(note)
-    return saved - timedelta(seconds=duration or 0.0)
+    return _after(saved, -(duration or 0.0))
 
 
 def _vllm_stats(result: Mapping[str, Any]) -> dict[str, RunLatency]:
@@ -261,7 +282,7 @@ def _read_vllm(
         anchor = _vllm_anchor(result, path, notes)
         duration = _number(result.get("duration"))
         label = str(result.get("label") or result.get("request_rate") or number)
-        end = anchor + timedelta(seconds=duration) if anchor and duration is not None else None
+        end = _after(anchor, duration)
         runs.append(
             BenchRun(
                 label,
@@ -312,7 +333,7 @@ def _read_vllm(
             moment = None
             offset = offsets[i] if offsets is not None else None
             if anchor is not None and first is not None and offset is not None:
-                moment = anchor + timedelta(seconds=offset - first)
+                moment = _after(anchor, offset - first)
             failed = bool(errors[i]) if errors is not None else not (e2e or ttft)
             rows.add(
                 request_id=f"{label}:{i}" if len(results) > 1 else str(i),
@@ -404,8 +425,8 @@ def _read_guidellm(
         runs.append(
             BenchRun(
                 label=label,
-                start=datetime.fromtimestamp(start, UTC) if start else None,
-                end=datetime.fromtimestamp(end, UTC) if end else None,
+                start=_unix(start) if start else None,
+                end=_unix(end) if end else None,
                 requests=len(successful) if isinstance(successful, list) else total,
                 stats=_guidellm_stats(benchmark),
                 duration_s=end - start if start and end and end >= start else None,
@@ -434,7 +455,7 @@ def _guidellm_row(rows: _Rows, item: Mapping[str, Any], status: str, fallback_id
     success = status == "successful"
     rows.add(
         request_id=str(item.get("request_id") or fallback_id),
-        start=datetime.fromtimestamp(start, UTC) if start is not None else None,
+        start=_unix(start),
         e2e=e2e if success else None,
         ttft=ttft_ms / 1000 if ttft_ms is not None and success else None,
         tpot=itl_ms / 1000 if itl_ms is not None and success else None,
@@ -575,6 +596,19 @@ def _is_vllm(document: Any) -> bool:
     return isinstance(document, Mapping) and bool(_VLLM_KEYS & set(document))
 
 
+def _guarded(
+    origin: str, path: str, read: Callable[[], tuple[pl.DataFrame, list[BenchRun]]]
+) -> tuple[pl.DataFrame, list[BenchRun]]:
+    """A structured reader's result: a field of another type than its format's (a number where
+    a list belongs, a list where an object does) is bad input, not a crash."""
+    try:
+        return read()
+    except (TypeError, AttributeError, KeyError, IndexError) as exc:
+        raise InputError(
+            path, f"{origin} JSON with a field of an unexpected type ({exc})"
+        ) from None
+
+
 def read_bench(path: str | Path, *, deployment: str, start: datetime | None = None) -> BenchResult:
     """Read any supported client-result file: per-request rows, whole-run figures and caveats.
 
@@ -600,7 +634,9 @@ def read_bench(path: str | Path, *, deployment: str, start: datetime | None = No
             raise InputError(name, f"not YAML: {exc}", mark.line + 1 if mark else None) from None
         if not (isinstance(document, Mapping) and "benchmarks" in document):
             raise InputError(name, "YAML without a GuideLLM `benchmarks` list")
-        frame, runs = _read_guidellm(document, name, deployment, notes)
+        frame, runs = _guarded(
+            "GuideLLM", name, lambda: _read_guidellm(document, name, deployment, notes)
+        )
         origin = "guidellm"
     elif stripped.startswith(("{", "[")):
         try:
@@ -610,13 +646,18 @@ def read_bench(path: str | Path, *, deployment: str, start: datetime | None = No
             documents = list(_jsonl_records(text, name))  # JSON Lines or appended results
         first = documents[0][1] if documents else None
         if isinstance(first, Mapping) and "benchmarks" in first and len(documents) == 1:
-            frame, runs = _read_guidellm(first, name, deployment, notes)
+            frame, runs = _guarded(
+                "GuideLLM", name, lambda: _read_guidellm(first, name, deployment, notes)
+            )
             origin = "guidellm"
         elif _is_vllm(first):
             for line, document in documents:
                 if not _is_vllm(document):
                     raise InputError(name, "not a vllm bench serve result like the first", line)
-            frame, runs = _read_vllm([d for _, d in documents], name, deployment, notes)
+            results = [d for _, d in documents]
+            frame, runs = _guarded(
+                "vllm bench", name, lambda: _read_vllm(results, name, deployment, notes)
+            )
             origin = "vllm_bench"
         elif len(documents) == 1 and isinstance(first, list):
             frame = _read_records(iter(enumerate(first, start=1)), name, deployment)
@@ -678,7 +719,7 @@ def _moved(run: BenchRun, delta: timedelta, start: datetime | None) -> BenchRun:
     if start is None:
         return run
     begin = start.astimezone(UTC)
-    end = begin + timedelta(seconds=run.duration_s) if run.duration_s is not None else None
+    end = _after(begin, run.duration_s)
     return replace(run, start=begin, end=end)
 
 
