@@ -95,7 +95,12 @@ def window_index(column: str, params: AnalysisParams) -> pl.Expr:
 
 
 def window_start(win: int, params: AnalysisParams) -> datetime:
-    return EPOCH + timedelta(microseconds=win * params.window_us)
+    """When window `win` starts; the calendar's last moment for a window past it (the end of
+    a window that holds a time in 9999-12-31)."""
+    try:
+        return EPOCH + timedelta(microseconds=win * params.window_us)
+    except OverflowError:
+        return datetime.max.replace(tzinfo=UTC)
 
 
 def _sum_or_null(column: str) -> pl.Expr:

@@ -32,7 +32,7 @@ from typing import Any
 
 import polars as pl
 import yaml
-from preemptscope.ingest.schema import REQUEST_LATENCIES
+from preemptscope.ingest.schema import REQUEST_LATENCIES, YEAR_RANGE
 
 from preemptscope.errors import InputError
 
@@ -170,23 +170,29 @@ def _count(value: Any) -> int | None:
     return int(number) if number is not None and abs(number) < 2.0**63 else None
 
 
+def _dated(moment: datetime | None) -> datetime | None:
+    """`moment` when its year is in YEAR_RANGE, else None (no window or shift can hold it)."""
+    low, high = YEAR_RANGE
+    return moment if moment is not None and low <= moment.year <= high else None
+
+
 def _unix(seconds: float | None) -> datetime | None:
-    """Unix seconds as a time; None when there are none or no calendar holds them."""
+    """Unix seconds as a time; None when there are none or they are outside YEAR_RANGE."""
     if seconds is None:
         return None
     try:
-        return datetime.fromtimestamp(seconds, UTC)
+        return _dated(datetime.fromtimestamp(seconds, UTC))
     except (OverflowError, OSError, ValueError):
         return None
 
 
 def _after(moment: datetime | None, seconds: float | None) -> datetime | None:
-    """`moment` moved by `seconds`; None when either is missing or the result is past any
-    calendar (a damaged file's duration of 1e30 s)."""
+    """`moment` moved by `seconds`; None when either is missing or the result is outside
+    YEAR_RANGE (a damaged file's duration of 1e30 s)."""
     if moment is None or seconds is None:
         return None
     try:
-        return moment + timedelta(seconds=seconds)
+        return _dated(moment + timedelta(seconds=seconds))
     except OverflowError:
         return None
 
@@ -503,6 +509,12 @@ def _generic_row(
         ) from None
     if start is None:
         raise InputError(path, "`start` is empty", line)
+    low, high = YEAR_RANGE
+    for key, moment in (("start", start), ("end", end)):
+        if moment is not None and _dated(moment) is None:
+            raise InputError(
+                path, f"`{key}` {record.get(key)!r} is not a time from {low} to {high}", line
+            )
     e2e = _seconds(record, "e2e", where)
     if e2e is None and end is not None:
         e2e = (end - start).total_seconds()
@@ -523,9 +535,12 @@ def _generic_row(
         if raw is None or raw == "":
             return None
         try:
-            return int(float(raw))
+            value = float(raw)
         except (TypeError, ValueError):
             raise InputError(path, f"`{key}` is not a number: {raw!r}", line) from None
+        if not 0 <= value < 2.0**63:  # (NaN fails too)
+            raise InputError(path, f"`{key}` must be a token count, got {raw!r}", line)
+        return int(value)
 
     rows.add(
         request_id=str(record.get("request_id") or index),

@@ -43,7 +43,7 @@ from preemptscope.ingest._time import (
     stamp,
     time_from_name,
 )
-from preemptscope.ingest.schema import FRAME_SCHEMAS, LogFrames
+from preemptscope.ingest.schema import FRAME_SCHEMAS, YEAR_RANGE, LogFrames
 
 from preemptscope.errors import ConfigError, InputError
 
@@ -57,8 +57,6 @@ __all__ = [
     "parse_path",
 ]
 
-
-YEAR_RANGE = (1970, 2100)  # years --year and --start accept
 
 # The bulky kinds, extracted only when asked for (the others are always extracted).
 ALL_KINDS = frozenset({"requests", "access", "other"})

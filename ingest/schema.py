@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+# The years a time may have (--year, --start, client results): past them, shifting by a
+# window or a year overflows datetime.
+YEAR_RANGE = (1970, 2100)
+
 TIMESTAMP = pl.Datetime("us", "UTC")
 
 # Columns every record read from a log carries, in this order.

@@ -57,3 +57,23 @@ def test_a_field_of_another_type_is_a_one_line_error(
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"preemptscope: error: {path}: GuideLLM JSON with a field of an")
     assert "\n" not in err
+
+
+def test_a_row_outside_the_calendar_range_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "rows.csv"
+    path.write_text("start,e2e\n2026-11-29T10:00:00Z,1.0\n9999-12-31T23:59:59Z,1.2\n")
+    assert main(["report", "--bench", str(path), "--json"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"preemptscope: error: {path}:3: `start` '9999-12-31T23:59:59Z' is not a time from"
+        " 1970 to 2100"
+    )
+
+
+def test_a_run_time_outside_the_calendar_range_is_unknown(tmp_path: Path) -> None:
+    document = json.loads((FIXTURES / "guidellm_v02_benchmarks.json").read_text())
+    document["benchmarks"][0]["start_time"] = 1e12  # the year 33658
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(document))
+    assert read_bench(path, deployment="d").runs[0].start is None
