@@ -41,8 +41,9 @@ from preemptscope.fleet import (
     fleet_table,
 )
 from preemptscope.ingest.archive import is_archive
-from preemptscope.ingest.logs import YEAR_RANGE, ParseOptions
+from preemptscope.ingest.logs import ParseOptions
 from preemptscope.ingest.promapi import PromAuth
+from preemptscope.ingest.schema import YEAR_RANGE
 from preemptscope.inputs import LoadOptions, iter_inputs, split_spec
 
 # Severity order for --fail-on: "at_risk" also fails on "over_capacity".
