@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from preemptscope.ingest import _lines
 
 from tests.ingest import test_hostile_agree, test_hostile_routing
@@ -148,3 +150,36 @@ def test_a_glued_access_line_behind_another_level_is_its_message(line: str) -> N
     routed, per_line = _both([line])
     assert routed == per_line
     assert set(routed) == {"other", "accounting"}
+
+
+_PIECES = [
+    *test_hostile_agree.HEADERS,
+    *test_hostile_agree.MESSAGES,
+    *test_hostile_agree.UVICORN,
+    *test_hostile_agree.PREFIXES,
+    *["INFO:", "WARNING:vllm:", "x ", ":", "[", "]", "(", ")", " pid=1", '"', ' - "', " HTTP/1.1"],
+]
+_OPENINGS = [
+    "",
+    "(APIServer pid=1) ",
+    "2025-01-15T14:00:00.123Z ",
+    "2025-01-15T14:00:00Z (A pid=7) ",
+]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(
+    opening=st.sampled_from(_OPENINGS),
+    client=st.lists(st.sampled_from(_PIECES), min_size=1, max_size=4),
+    query=st.lists(st.sampled_from(_PIECES), max_size=3),
+)
+def test_client_text_in_an_access_line_is_never_a_record(
+    opening: str, client: list[str], query: list[str]
+) -> None:
+    # The client (X-Forwarded-For) may hold spaces; a query string holds none.
+    who = "".join(client).replace("\n", " ").replace("\r", " ").replace("\x1b", "")
+    what = "".join(query).replace(" ", "").replace("\n", "").replace("\r", "").replace("\x1b", "")
+    line = f'{opening}INFO:     {who}:0 - "GET /v1/models?{what} HTTP/1.1" 200 OK'
+    routed, per_line = _both([line])
+    assert routed == per_line
+    assert set(routed) <= {"access", "other", "accounting"}
