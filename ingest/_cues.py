@@ -64,7 +64,9 @@ PLAIN_LITERALS = (
     r'Traceback \(most|During handling|The above exception|File "'
     r"|Error|Exception|Exit|Interrupt|Warning|%\||% Completed \|"
 )
-UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
+# uvicorn's level and a blank of its own: the per-line path drops a line's closing `\r` and
+# `\n` first, so `INFO:\r` holds no envelope there.
+UVICORN_PROBE = r"(?:^|\) )(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^\S\r\n]"
 UVICORN_LITERALS = r"DEBUG:|INFO:|WARNING:|ERROR:|CRITICAL:"  # in every match of the probe
 
 _Text = TypeVar("_Text", pl.Series, pl.Expr)

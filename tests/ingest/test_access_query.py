@@ -183,3 +183,13 @@ def test_client_text_in_an_access_line_is_never_a_record(
     routed, per_line = _both([line])
     assert routed == per_line
     assert set(routed) <= {"access", "other", "accounting"}
+
+
+# A random search found the first: the per-line path drops a line's closing `\r` and `\n`
+# before it reads the envelope, so a level word whose only blank is the line end is none.
+@pytest.mark.parametrize(
+    "lines", [["INFO:\r"], ["INFO:\n"], ["(APIServer pid=1) INFO:\r"], ["INFO:\r", "x"]]
+)
+def test_a_level_word_before_the_line_end_is_no_envelope(lines: list[str]) -> None:
+    routed, per_line = _both(lines)
+    assert routed == per_line
