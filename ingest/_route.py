@@ -50,23 +50,21 @@ _STATS_UNSURE = (
     r"| pid=.*\[rank| pid=[0-9]{19}"
 )
 # The request lines claimed column-wise: a row's pattern matches right after the header with
-# an id of no `.`, `:`, `,` or space (every real id: `cmpl-<hex>-0`, `chatcmpl-<hex>`), the
-# ids where the column-wise word (ingest/_extract.py `_requests_frame`: up to a space, `:` or
-# `,`, its trailing dots dropped) and the row's own group read the same; any other request
-# line is read per line, by its row.
-_PLAIN_ID = r"[^\s:,.]+"
-# The word's rule, `{id}\.*(?:[\s:,]|$)`, in each row's pattern (one regex pass over every
-# request line, not two): the id is the whole run of id characters in both, and every row's
-# own end already satisfies the word's but `received`'s `[:,.]`, where a dot must be followed
-# by more dots and then a space, `:`, `,` or the end.
-_WORD_END = {"received": r"(?:[:,]|\.+(?:[\s:,]|$))"}
+# an id of no blank, `:` or `,` that does not end in a dot (every real id, `cmpl-<hex>-0`,
+# `chatcmpl-<hex>`, and a client's dotted ones, `req.1`), its blank after the id an ASCII
+# one: the ids the column-wise word (ingest/_extract.py `_requests_frame`: up to an ASCII
+# blank, `:` or `,`, its trailing dots dropped) and the row's own group read the same, since
+# every row's end right after such an id (`: `, `.` then a blank or the end, a blank) is
+# where the word ends too. Any other request line (an id with `:` or `,`, a trailing dot, an
+# id list, a no-break space after it) is read per line, by its row.
+_PLAIN_ID = r"[^\s:,]*[^\s:,.]"
+_ROW_BLANK, _ASCII_BLANK = r"(?:\s|$)", r"(?:[\t-\r ]|$)"
 
 
 def _claimed(row: cat.LineFormat) -> str:
     pattern = re.sub(r"\(\?P<request_id>[^()]*\)", lambda _: f"(?:{_PLAIN_ID})", row.pattern)
-    if row.name in _WORD_END:
-        assert pattern.endswith("[:,.]"), row.pattern
-        pattern = pattern[: -len("[:,.]")] + _WORD_END[row.name]
+    pattern = pattern.replace(_ROW_BLANK, _ASCII_BLANK)
+    assert r"\s" not in pattern.replace(_PLAIN_ID, ""), row.pattern  # no other blank to read
     return pattern
 
 

@@ -212,8 +212,9 @@ KNOWN += [
     # access shape at another level than uvicorn's access logger writes.
     ['x - "y INFO:     1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
     ['WARNING:  1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
-    # A request line whose id the column-wise word and the row's pattern read apart, and a
-    # bare one (what a hard-wrapped prompt's tail looks like): read per line, by the row.
+    # A request line whose id the column-wise word and the row's pattern read apart (before
+    # the `received` row read ids to their first `: `: `a`), and a bare one (what a
+    # hard-wrapped prompt's tail looks like): read per line, by the row.
     ["INFO 01-15 14:00:00 [a.py:1] Received request a.b: prompt: 'x'"],
     ["INFO 01-15 14:00:00 [a.py:1] Received request "],
     ["Finished request cmpl-81abe7cfa0cc42a696c703368ba37734."],
@@ -280,6 +281,23 @@ KNOWN += [
     # Digits of another script in docker's time (a random run found it): no wrapper in either
     # path (ASCII digits, as every runtime prints them).
     ['2025-01-15T14:00:00.123456\u066189Z INFO:     1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
+]
+
+
+_REQ = "(APIServer pid=1) INFO 01-15 14:00:00 [logger.py:49] "
+KNOWN += [
+    # A client's request ids (X-Request-Id) with dots, colons, trailing dots, commas, a blank
+    # other than a space after them, or long past the 200 characters the column-wise head
+    # reads: the id as each row delimits it, in both paths (dotted ids column-wise).
+    [_REQ + "Received request chat.1: prompt: 'x'", _REQ + "Added request chat.1-1a2b3c4d."],
+    [_REQ + "Received request tenant:7: params: x", _REQ + "Received request r.: params: x"],
+    [_REQ + "Added request r..", _REQ + "Request r. aborted.", _REQ + "Request a.1 failed."],
+    [_REQ + "Aborted request(s) a.1,b.2.", _REQ + "Aborted request(s) a,b.."],
+    [_REQ + "Generated response a.1.: output: 'x'", _REQ + "Generated response a:b: output: 'x'"],
+    [_REQ + "Generated response a:b (streaming delta): x", _REQ + "Received request x, y"],
+    [_REQ + "Added request x\tfoo.", _REQ + "Added request x.\u00a0foo."],
+    [_REQ + "Received request " + "i" * 190 + ": prompt: 'x'"],
+    [_REQ + "Generated response " + "i" * 181 + " (streaming delta): x"],
 ]
 
 
