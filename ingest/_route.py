@@ -42,12 +42,18 @@ _STATS_VALID = (
     + cat.STATS_RECORD_START
     + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
 )
+# A pid that may not fit in 64 bits (19 digits or more): the per-line path makes such a line
+# unrecognised with the reason (one bad line costs one line), the column-wise cast a null
+# pid, so every claimed kind leaves these lines to the per-line path. (Where a process prefix
+# is: one literal-led regex pass over the line, ~45 ns a line; nothing cheaper knows where
+# the prefix ends in the lines that are only counted, not extracted.)
+_LONG_PID = r" pid=[0-9]{19}"
 # Stats lines whose process prefix cat.ENVELOPE reads apart from the per-line path: its `(`
 # lost behind a wrapper, two ranks (the last one is the line's), a rank and a process prefix
 # (the process wins), a pid past 64 bits.
 _STATS_UNSURE = (
     rf"^{cat.no_groups(cat.WRAPPER_TS)}[A-Za-z_][^()\n]*? pid=|\[rank.*(?:\[rank| pid=)"
-    r"| pid=.*\[rank| pid=[0-9]{19}"
+    rf"| pid=.*\[rank|{_LONG_PID}"
 )
 # The request lines claimed column-wise: a row's pattern matches right after the header with
 # an id of no blank, `:` or `,` that does not end in a dot (every real id, `cmpl-<hex>-0`,
@@ -135,7 +141,7 @@ _LEVEL_WORDS = "DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
 # a line past the per-line budget, a second level word, a pid past 64 bits, a bracketed
 # foreign time in front of the level, a stats record (`Throughput: `).
 _TWO_LEVEL_WORDS = rf"(?:{_LEVEL_WORDS}).*(?:{_LEVEL_WORDS})"
-_ACCESS_UNSURE = rf"{_TWO_LEVEL_WORDS}| pid=[0-9]{{19}}|\] (?:[^ ]+ )?INFO: "
+_ACCESS_UNSURE = rf"{_TWO_LEVEL_WORDS}|{_LONG_PID}|\] (?:[^ ]+ )?INFO: "
 # `_access_frame`'s client word behind ASCII blanks (`\s` to both engines), then a pid; a
 # first character that is none of them nor printable ASCII (`\s` may differ on it), a stats
 # start (`Throughput: `).
@@ -313,6 +319,13 @@ def _cascade(
     def join(part: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
         return pl.concat([part, extra]) if extra.height else part
 
+    def claim_short_pids(name: str, part: pl.DataFrame) -> None:
+        # A pid past 64 bits: per line (_LONG_PID).
+        if part.height:
+            long, part = split(part, part["raw"].str.contains(_LONG_PID))
+            odd_parts.append(physical(long.drop("hdr")))
+            claim(name, part.drop("hdr"))
+
     # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws, Ray's
     # deduplicated repeats (one line, several records).
     text = df["raw"]
@@ -376,7 +389,7 @@ def _cascade(
             candidates,
             (candidates["hdr"] == 1) & candidates["raw"].str.contains(_REQ_CLAIM),
         )
-        claim("requests", good.drop("hdr"))
+        claim_short_pids("requests", good)
         # Glued records, no header, an id of another shape: per line.
         odd_parts.append(physical(bad.drop("hdr")))
     # `Request X aborted./failed …` (rare, several events per lead), and a request literal
@@ -395,7 +408,7 @@ def _cascade(
         blank, rest = split(rest, rest["raw"].str.contains(_BLANK))
         claim("blank", blank)
         other, rest = split(rest, rest["hdr"] == 1)
-        claim("other", other.drop("hdr"))
+        claim_short_pids("other", other)
         uvicorn = _cues.both(
             rest["raw"].str.contains(_cues.UVICORN_LITERALS),
             rest["raw"],
@@ -405,7 +418,7 @@ def _cascade(
         # first (`... - INFO - Finished request x.(APIServer pid=1) INFO:     Started ...`).
         uvicorn = _cues.both(uvicorn, rest["raw"], lambda sub: ~sub.str.contains(_TWO_LEVEL_WORDS))
         uvi, rest = split(rest, (rest["hdr"] == 0) & uvicorn)
-        claim("other_uvi", uvi.drop("hdr"))
+        claim_short_pids("other_uvi", uvi)
         # 6. lines with nothing the per-line path could read (no header, no literal, no
         # envelope) after a line they cannot continue: unrecognised here, so a file of noise
         # costs what a log costs, not a Python call per line.
