@@ -188,10 +188,14 @@ _WORDS_EVENTS = {
 # event is, and needs no condition).
 assert all(re.fullmatch(_REQ_WORDS[1:], words) for words in _WORDS_EVENTS)
 assert len(_WORDS_EVENTS) == 4 * len(_REQ_EVENTS)
-# What ends an id: an ASCII blank, `:` or `,` (the router claims the lines whose id ends at
-# one, ingest/_route.py `_claimed`: a find over a set of single bytes costs ~2/3 of one over
-# `\s`, which holds wider characters); the delta suffix starts with one.
-_ID_END = r"[\t-\r :,]"
+# The word an id is read from: up to an ASCII blank or `,`, less the `:` or `.` the row's
+# format puts after the id (`Received request %s: `, `Added request %s.`); a `:` inside an id
+# stays (`tenant:7`). The router claims the lines whose id ends so (ingest/_route.py
+# `_claimed`). A find over a set of single bytes: ~2/3 of the cost of one over `\s`, which
+# holds wider characters, or of one that looks for a `:` with a blank after it. The delta
+# suffix starts with a blank.
+_ID_END = r"[\t-\r ,]"
+_ID_TAIL = ".:"
 assert _DELTA[0] == " "
 # How much of a message the lead words and the id are looked for in; an id that may run
 # past it (with the delta suffix after it) is read again in the whole message.
@@ -393,12 +397,12 @@ def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
         *_header_envelope(),
         pl.when(pl.col("_delta")).then(pl.lit("delta")).otherwise("_event").alias("event"),
         # Null where the event is: the words match only forms `_WORDS_EVENTS` names.
-        pl.col("_id").str.strip_chars_end(".").alias("request_id"),
+        pl.col("_id").str.strip_chars_end(_ID_TAIL).alias("request_id"),
     )
 
 
 def _request_columns(frame: pl.DataFrame, head: pl.Expr) -> pl.DataFrame:
-    """`_event`, `_id` (with its trailing dots), `_delta`, `_end` (the id's end in `_after`,
+    """`_event`, `_id` (the word, with its tail), `_delta`, `_end` (its end in `_after`,
     the message after the lead words, of `_after_len` bytes) from the message's `head`."""
     frame = frame.with_columns(head.alias("_head"))
     # The lead words with the space before them (the header's `] `), if any: one regex pass;

@@ -56,14 +56,14 @@ _STATS_UNSURE = (
     rf"| pid=.*\[rank|{_LONG_PID}"
 )
 # The request lines claimed column-wise: a row's pattern matches right after the header with
-# an id of no blank, `:` or `,` that does not end in a dot (every real id, `cmpl-<hex>-0`,
-# `chatcmpl-<hex>`, and a client's dotted ones, `req.1`), its blank after the id an ASCII
+# an id of no blank or `,` that does not end in `.` or `:` (every real id, `cmpl-<hex>-0`,
+# `chatcmpl-<hex>`, and a client's `req.1`, `tenant:7`), its blank after the id an ASCII
 # one: the ids the column-wise word (ingest/_extract.py `_requests_frame`: up to an ASCII
-# blank, `:` or `,`, its trailing dots dropped) and the row's own group read the same, since
-# every row's end right after such an id (`: `, `.` then a blank or the end, a blank) is
-# where the word ends too. Any other request line (an id with `:` or `,`, a trailing dot, an
-# id list, a no-break space after it) is read per line, by its row.
-_PLAIN_ID = r"[^\s:,]*[^\s:,.]"
+# blank or `,`, its trailing `.` and `:` dropped) and the row's own group read the same,
+# since every row's end right after such an id (`: `, `.` then a blank or the end, a blank)
+# is where the word ends too, less that tail. Any other request line (an id with `,`, a
+# trailing dot or colon, an id list, a no-break space after it) is read per line, by its row.
+_PLAIN_ID = r"[^\s,]*[^\s:,.]"
 _ROW_BLANK, _ASCII_BLANK = r"(?:\s|$)", r"(?:[\t-\r ]|$)"
 
 

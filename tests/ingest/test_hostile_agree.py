@@ -299,6 +299,12 @@ KNOWN += [
     [_REQ + "Generated response a.1.: output: 'x'", _REQ + "Generated response a:b: output: 'x'"],
     [_REQ + "Generated response a:b (streaming delta): x", _REQ + "Received request x, y"],
     [_REQ + "Added request x\tfoo.", _REQ + "Added request x.\u00a0foo."],
+    [
+        _REQ + "Received request a:: params: x",
+        _REQ + "Added request a:.",
+        _REQ + "Added request b:",
+    ],
+    [_REQ + "Received request a:b:c: params: x", _REQ + "Generated response a:b:", "x"],
     [_REQ + "Received request " + "i" * 190 + ": prompt: 'x'"],
     [_REQ + "Generated response " + "i" * 181 + " (streaming delta): x"],
     # A pid past 64 bits in front of a request or another line (uvicorn's too), also behind

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from preemptscope.ingest import _lines
 from preemptscope.ingest.lifecycle import latencies_from_requests, log_arrivals, log_latencies
 from preemptscope.ingest.logs import ParseOptions, parse_lines
@@ -134,9 +136,9 @@ def test_client_ids_give_one_latency_per_request(tmp_path: Path, first: str, sec
     assert _frames(lines) == _read_per_line(lines)
 
 
-def test_dotted_ids_are_read_column_wise(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A client that sends dotted ids does not send every request line to the per-line path
-    (~100x the cost of a line read column-wise)."""
+def test_dotted_and_colon_ids_are_read_column_wise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that sends dotted or colon ids does not send every request line to the per-line
+    path (a log of dotted ids cost 4x a log of plain ones)."""
     per_line: list[str] = []
     parse_odd_lines = _lines.parse_odd_lines
 
@@ -147,8 +149,9 @@ def test_dotted_ids_are_read_column_wise(monkeypatch: pytest.MonkeyPatch) -> Non
         return parse_odd_lines(items, settled)
 
     monkeypatch.setattr(_lines, "parse_odd_lines", spy)
-    frames = parse_lines(_log("chatcmpl-req.1", "req.2"), source="r", deployment="r")
-    assert frames["requests"].height == 6
+    lines = _log("chatcmpl-req.1", "req.2") + _log("tenant:7", "urn:uuid:1.2")
+    frames = parse_lines(lines, source="r", deployment="r")
+    assert frames["requests"].height == 12
     assert per_line == []
 
 
@@ -165,3 +168,50 @@ def test_an_abort_lists_ids_and_no_other_line_does() -> None:
     got = dict(zip(latencies["request_id"], latencies["e2e"], strict=True))
     assert got == {"a,b": 6.0, "c": 4.0, "d.": 4.0}
     assert latencies.filter(pl.col("request_id") == "c")["success"].to_list() == [False]
+
+
+# Request lines of every row with the ids a client may send: dots, colons, commas, blanks of
+# every kind, a delimiter's look-alikes, long ones; and the texts the rows' ends may meet.
+_CLIENT_ID = st.one_of(
+    st.text(alphabet="ab.:,-_ \t\u00a0\x1cé", max_size=10),
+    st.integers(150, 230).map(lambda n: "i" * n),  # around the 200-character head
+)
+_LEADS = [
+    "Received request ",
+    "Added request ",
+    "Finished request ",
+    "Aborted request ",
+    "Aborted request(s) ",
+    "Generated response ",
+    "Request ",
+]
+_ENDS = [
+    ": prompt: 'x', params: SamplingParams(n=1).",
+    ": params: x",
+    ":",
+    ".",
+    "..",
+    "",
+    " (streaming delta): output: 'a'",
+    " (streaming complete): output: 'a'",
+    ": output: 'a (streaming delta):'",
+    " aborted.",
+    " failed (engine dead).",
+    ",b.",
+    "\t.",
+    "\u00a0x",
+]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_LEADS), _CLIENT_ID, st.sampled_from(_ENDS)).map(
+            lambda parts: _HEAD.format(second=0, file="logger.py:49") + "".join(parts)
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_any_client_id_reads_alike_routed_and_per_line(lines: list[str]) -> None:
+    assert _frames(lines) == _read_per_line(lines)
