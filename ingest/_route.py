@@ -37,8 +37,15 @@ _STATS_LITERALS = sorted({row.literal for row in cat.STATS_ROWS})
 _PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
 _STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
 _REQ_LIT = "|".join(re.escape(literal) for literal in cat.REQUEST_LITERALS)
+# A header whose line number fits in 64 bits (18 digits at most): the per-line path makes a
+# line with a longer one unrecognised with the reason, as it does a pid past 64 bits. The
+# request and stats claims read the header so (no pass of their own); `other` lines, claimed
+# by their header count, are checked for _LONG_LINENO.
+_HEADER_FITS = cat.HEADER_CORE.replace(":(?:[0-9]+)\\] ", ":(?:[0-9]{1,18})\\] ")
+assert _HEADER_FITS != cat.HEADER_CORE
+_LONG_LINENO = r"[0-9]{19}\] "
 _STATS_VALID = (
-    cat.HEADER_CORE
+    _HEADER_FITS
     + cat.STATS_RECORD_START
     + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
 )
@@ -75,7 +82,7 @@ def _claimed(row: cat.LineFormat) -> str:
 
 
 _REQ_CLAIM = (
-    cat.HEADER_CORE
+    _HEADER_FITS
     + "(?:"
     + "|".join(_claimed(row) for row in cat.REQUEST_ROWS if row.literal != "Request ")
     + ")"
@@ -319,10 +326,11 @@ def _cascade(
     def join(part: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
         return pl.concat([part, extra]) if extra.height else part
 
-    def claim_short_pids(name: str, part: pl.DataFrame) -> None:
-        # A pid past 64 bits: per line (_LONG_PID).
+    def claim_fitting(name: str, part: pl.DataFrame, *unsure: str) -> None:
+        # A number past 64 bits (`unsure`: where it may be): per line.
         if part.height:
-            long, part = split(part, part["raw"].str.contains(_LONG_PID))
+            checks = [lambda sub, pattern=pattern: sub.str.contains(pattern) for pattern in unsure]
+            long, part = split(part, _cues.either(part["raw"], *checks))
             odd_parts.append(physical(long.drop("hdr")))
             claim(name, part.drop("hdr"))
 
@@ -389,7 +397,7 @@ def _cascade(
             candidates,
             (candidates["hdr"] == 1) & candidates["raw"].str.contains(_REQ_CLAIM),
         )
-        claim_short_pids("requests", good)
+        claim_fitting("requests", good, _LONG_PID)
         # Glued records, no header, an id of another shape: per line.
         odd_parts.append(physical(bad.drop("hdr")))
     # `Request X aborted./failed …` (rare, several events per lead), and a request literal
@@ -408,7 +416,7 @@ def _cascade(
         blank, rest = split(rest, rest["raw"].str.contains(_BLANK))
         claim("blank", blank)
         other, rest = split(rest, rest["hdr"] == 1)
-        claim_short_pids("other", other)
+        claim_fitting("other", other, _LONG_PID, _LONG_LINENO)
         uvicorn = _cues.both(
             rest["raw"].str.contains(_cues.UVICORN_LITERALS),
             rest["raw"],
@@ -418,7 +426,7 @@ def _cascade(
         # first (`... - INFO - Finished request x.(APIServer pid=1) INFO:     Started ...`).
         uvicorn = _cues.both(uvicorn, rest["raw"], lambda sub: ~sub.str.contains(_TWO_LEVEL_WORDS))
         uvi, rest = split(rest, (rest["hdr"] == 0) & uvicorn)
-        claim_short_pids("other_uvi", uvi)
+        claim_fitting("other_uvi", uvi, _LONG_PID)
         # 6. lines with nothing the per-line path could read (no header, no literal, no
         # envelope) after a line they cannot continue: unrecognised here, so a file of noise
         # costs what a log costs, not a Python call per line.

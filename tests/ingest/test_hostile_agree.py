@@ -317,6 +317,12 @@ KNOWN += [
     ["(APIServer pid=9223372036854775807) INFO 01-15 14:00:00 [a.py:1] hello"],
     ["2025-01-15T14:00:00Z " + _HUGE_PID + "INFO 01-15 14:00:00 [a.py:1] hello"],
     ["(A pid=1) " + _HUGE_PID + "INFO 01-15 14:00:00 [a.py:1] hello"],
+    # A header's line number past 64 bits, in front of each claimed kind: the same.
+    ["INFO 01-15 14:00:00 [a.py:99999999999999999999] hello"],
+    ["(APIServer pid=1) INFO 01-15 14:00:00 a.py:9223372036854775808] hello"],
+    ["(APIServer pid=1) INFO 01-15 14:00:00 [a.py:9223372036854775807] hello"],
+    ["INFO 01-15 14:00:00 [logger.py:99999999999999999999] Received request x: params: y"],
+    [_STATS.replace("loggers.py:116", "loggers.py:99999999999999999999")],
 ]
 
 
@@ -326,9 +332,10 @@ def test_known_disagreements_are_gone(lines: list[str]) -> None:
 
 
 @pytest.mark.parametrize("keep", [ALL_KINDS, REDUCED, SUMMARY])
-def test_a_pid_past_64_bits_costs_its_line_alone(tmp_path: Path, keep: frozenset[str]) -> None:
-    """In `parse` (SUMMARY), `report` (REDUCED) and in full: the line is unrecognised with the
-    reason, its neighbours are read (the column-wise path counted it, with a null pid)."""
+def test_a_number_past_64_bits_costs_its_line_alone(tmp_path: Path, keep: frozenset[str]) -> None:
+    """A pid or a header's line number: in `parse` (SUMMARY), `report` (REDUCED) and in full,
+    the line is unrecognised with the reason, its neighbours are read (the column-wise path
+    counted it, with a null pid)."""
     good = "(APIServer pid=7) INFO 01-15 14:00:00 [logger.py:49] Received request y: params: x"
     lines = [
         good,
@@ -336,16 +343,20 @@ def test_a_pid_past_64_bits_costs_its_line_alone(tmp_path: Path, keep: frozenset
         _HUGE_PID + "INFO 01-15 14:00:01 [a.py:1] hello",
         _HUGE_PID + "INFO:     Started server process [1]",
         "(APIServer pid=7) INFO 01-15 14:00:02 [a.py:1] hello",
+        "(APIServer pid=7) INFO 01-15 14:00:03 [a.py:99999999999999999999] hello",
     ]
     path = tmp_path / "vllm.log"
     path.write_text("\n".join(lines * 400) + "\n")  # past SMALL_FRAME: the distinct-key path
     parts = list(iter_parse_path(path, options=ParseOptions(year=2025), keep=keep))
     acc = [part.accounting for part in parts]
-    assert sum(a.lines for a in acc) == 2000
-    assert sum(a.unrecognized_lines for a in acc) == 1200
+    assert sum(a.lines for a in acc) == 2400
+    assert sum(a.unrecognized_lines for a in acc) == 1600
     assert sum(a.parsed_lines for a in acc) == 800
-    reasons = pl.concat([part["unrecognized"] for part in parts])["reason"].unique()
-    assert reasons.to_list() == ["number out of range: pid does not fit in 64 bits"]
+    reasons = pl.concat([part["unrecognized"] for part in parts])["reason"].value_counts()
+    assert dict(reasons.iter_rows()) == {
+        "number out of range: pid does not fit in 64 bits": 1200,
+        "number out of range: logger_line does not fit in 64 bits": 400,
+    }
 
 
 # Derandomized: the same examples every run (main stays green); bench/hostile_search.py
