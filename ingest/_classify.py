@@ -330,7 +330,9 @@ def _row_columns(row: cat.LineFormat, match: regex.Match[str]) -> dict[str, Any]
             ]
         }
     if row.kind == "requests":
-        return {"event": row.constants["event"], "request_id": groups["request_id"].rstrip(".")}
+        # The id as the row delimits it: the sentence's one dot (`Added request %s.`) is
+        # outside the group, and a client's own trailing dots (`req.`) are its id's.
+        return {"event": row.constants["event"], "request_id": groups["request_id"]}
     raise AssertionError(row.kind)
 
 

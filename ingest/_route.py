@@ -37,41 +37,53 @@ _STATS_LITERALS = sorted({row.literal for row in cat.STATS_ROWS})
 _PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
 _STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
 _REQ_LIT = "|".join(re.escape(literal) for literal in cat.REQUEST_LITERALS)
+# A header whose line number fits in 64 bits (18 digits at most): the per-line path makes a
+# line with a longer one unrecognised with the reason, as it does a pid past 64 bits. The
+# request and stats claims read the header so (no pass of their own); `other` lines, claimed
+# by their header count, are checked for _LONG_LINENO.
+_HEADER_FITS = cat.HEADER_CORE.replace(":(?:[0-9]+)\\] ", ":(?:[0-9]{1,18})\\] ")
+assert _HEADER_FITS != cat.HEADER_CORE
+_LONG_LINENO = r"[0-9]{19}\] "
 _STATS_VALID = (
-    cat.HEADER_CORE
+    _HEADER_FITS
     + cat.STATS_RECORD_START
     + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
 )
+# A pid that may not fit in 64 bits (19 digits or more): the per-line path makes such a line
+# unrecognised with the reason (one bad line costs one line), the column-wise cast a null
+# pid, so every claimed kind leaves these lines to the per-line path. One literal-led regex
+# pass over a line, ~45 ns: the text in front of the header, which extraction reads once per
+# distinct prefix, is not cut in summary mode (the lines are only counted there), and
+# finding it costs more than this pass.
+_LONG_PID = r" pid=[0-9]{19}"
 # Stats lines whose process prefix cat.ENVELOPE reads apart from the per-line path: its `(`
 # lost behind a wrapper, two ranks (the last one is the line's), a rank and a process prefix
 # (the process wins), a pid past 64 bits.
 _STATS_UNSURE = (
     rf"^{cat.no_groups(cat.WRAPPER_TS)}[A-Za-z_][^()\n]*? pid=|\[rank.*(?:\[rank| pid=)"
-    r"| pid=.*\[rank| pid=[0-9]{19}"
+    rf"| pid=.*\[rank|{_LONG_PID}"
 )
 # The request lines claimed column-wise: a row's pattern matches right after the header with
-# an id of no `.`, `:`, `,` or space (every real id: `cmpl-<hex>-0`, `chatcmpl-<hex>`), the
-# ids where the column-wise word (ingest/_extract.py `_requests_frame`: up to a space, `:` or
-# `,`, its trailing dots dropped) and the row's own group read the same; any other request
-# line is read per line, by its row.
-_PLAIN_ID = r"[^\s:,.]+"
-# The word's rule, `{id}\.*(?:[\s:,]|$)`, in each row's pattern (one regex pass over every
-# request line, not two): the id is the whole run of id characters in both, and every row's
-# own end already satisfies the word's but `received`'s `[:,.]`, where a dot must be followed
-# by more dots and then a space, `:`, `,` or the end.
-_WORD_END = {"received": r"(?:[:,]|\.+(?:[\s:,]|$))"}
+# an id of no blank or `,` that does not end in `.` or `:` (every real id, `cmpl-<hex>-0`,
+# `chatcmpl-<hex>`, and a client's `req.1`, `tenant:7`), its blank after the id an ASCII
+# one: the ids the column-wise word (ingest/_extract.py `_requests_frame`: up to an ASCII
+# blank or `,`, its trailing `.` and `:` dropped) and the row's own group read the same,
+# since every row's end right after such an id (`: `, `.` then a blank or the end, a blank)
+# is where the word ends too, less that tail. Any other request line (an id with `,`, a
+# trailing dot or colon, an id list, a no-break space after it) is read per line, by its row.
+_PLAIN_ID = r"[^\s,]*[^\s:,.]"
+_ROW_BLANK, _ASCII_BLANK = r"(?:\s|$)", r"(?:[\t-\r ]|$)"
 
 
 def _claimed(row: cat.LineFormat) -> str:
     pattern = re.sub(r"\(\?P<request_id>[^()]*\)", lambda _: f"(?:{_PLAIN_ID})", row.pattern)
-    if row.name in _WORD_END:
-        assert pattern.endswith("[:,.]"), row.pattern
-        pattern = pattern[: -len("[:,.]")] + _WORD_END[row.name]
+    pattern = pattern.replace(_ROW_BLANK, _ASCII_BLANK)
+    assert r"\s" not in pattern.replace(_PLAIN_ID, ""), row.pattern  # no other blank to read
     return pattern
 
 
 _REQ_CLAIM = (
-    cat.HEADER_CORE
+    _HEADER_FITS
     + "(?:"
     + "|".join(_claimed(row) for row in cat.REQUEST_ROWS if row.literal != "Request ")
     + ")"
@@ -146,7 +158,7 @@ _LEVEL_WORDS = "DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
 # a line past the per-line budget, a second level word, a pid past 64 bits, a bracketed
 # foreign time in front of the level, a stats record (`Throughput: `).
 _TWO_LEVEL_WORDS = rf"(?:{_LEVEL_WORDS}).*(?:{_LEVEL_WORDS})"
-_ACCESS_UNSURE = rf"{_TWO_LEVEL_WORDS}| pid=[0-9]{{19}}|\] (?:[^ ]+ )?INFO: "
+_ACCESS_UNSURE = rf"{_TWO_LEVEL_WORDS}|{_LONG_PID}|\] (?:[^ ]+ )?INFO: "
 # `_access_frame`'s client word behind ASCII blanks (`\s` to both engines), then a pid; a
 # first character that is none of them nor printable ASCII (`\s` may differ on it), a stats
 # start (`Throughput: `).
@@ -326,6 +338,14 @@ def _cascade(
     def join(part: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
         return pl.concat([part, extra]) if extra.height else part
 
+    def claim_fitting(name: str, part: pl.DataFrame, *unsure: str) -> None:
+        # A number past 64 bits (`unsure`: where it may be): per line.
+        if part.height:
+            checks = [lambda sub, pattern=pattern: sub.str.contains(pattern) for pattern in unsure]
+            long, part = split(part, _cues.either(part["raw"], *checks))
+            odd_parts.append(physical(long.drop("hdr")))
+            claim(name, part.drop("hdr"))
+
     # 0. Lines that take the per-line path whatever they contain: JSON, tqdm redraws, Ray's
     # deduplicated repeats (one line, several records).
     text = df["raw"]
@@ -399,7 +419,7 @@ def _cascade(
             candidates,
             (candidates["hdr"] == 1) & candidates["raw"].str.contains(_REQ_CLAIM),
         )
-        claim("requests", good.drop("hdr"))
+        claim_fitting("requests", good, _LONG_PID)
         # Glued records, no header, an id of another shape: per line.
         odd_parts.append(physical(bad.drop("hdr")))
     # `Request X aborted./failed …` (rare, several events per lead), and a request literal
@@ -418,7 +438,7 @@ def _cascade(
         blank, rest = split(rest, rest["raw"].str.contains(_BLANK))
         claim("blank", blank)
         other, rest = split(rest, rest["hdr"] == 1)
-        claim("other", other.drop("hdr"))
+        claim_fitting("other", other, _LONG_PID, _LONG_LINENO)
         uvicorn = _cues.both(
             rest["raw"].str.contains(_cues.UVICORN_LITERALS),
             rest["raw"],
@@ -434,7 +454,7 @@ def _cascade(
             lambda sub: ~sub.str.contains(_TWO_LEVEL_WORDS) | sub.str.contains(_UVICORN_FIRST),
         )
         uvi, rest = split(rest, (rest["hdr"] == 0) & uvicorn)
-        claim("other_uvi", uvi.drop("hdr"))
+        claim_fitting("other_uvi", uvi, _LONG_PID)
         # 6. lines with nothing the per-line path could read (no header, no literal, no
         # envelope) after a line they cannot continue: unrecognised here, so a file of noise
         # costs what a log costs, not a Python call per line.

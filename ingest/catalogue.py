@@ -564,7 +564,9 @@ REQUEST_ROWS: tuple[LineFormat, ...] = (
         "received",
         "requests",
         "Received request ",
-        r"Received request (?P<request_id>[^\s:,]+?)[:,.]",
+        # Every era writes `Received request %s: ...`: the id runs to the first `: ` (a client's
+        # id may hold dots and colons: `req.1`, `tenant:7`).
+        r"Received request (?P<request_id>\S+?):(?:\s|$)",
         "v0.1.0 – v0.33.0 (engine ≤ v0.5.2, OpenAI request logger v0.5.3+)",
         "INFO 11-13 01:39:03 logger.py:37] Received request chat-fa706dfef62c402bb8174c9c922e7888:"
         " prompt: '<|begin_of_text|>', params: SamplingParams(n=1), prompt_token_ids: [128000],"
@@ -609,7 +611,8 @@ REQUEST_ROWS: tuple[LineFormat, ...] = (
         "generated",
         "requests",
         "Generated response ",
-        r"Generated response (?P<request_id>[^\s:]+?)(?: \(streaming complete\))?:",
+        # `Generated response %s%s: output: ...`: the id runs to the suffix or the first `: `.
+        r"Generated response (?P<request_id>\S+?)(?: \(streaming complete\))?:(?:\s|$)",
         "v0.10.1 – v0.33.0 (needs --enable-log-outputs)",
         "(APIServer pid=1) INFO 11-07 08:50:31 [logger.py:71] Generated response"
         " chatcmpl-b87aa23d3945464d97fa892ff0d2d044: output: 'Once upon a time',"
@@ -623,7 +626,7 @@ REQUEST_ROWS: tuple[LineFormat, ...] = (
         "generated_delta",
         "requests",
         "Generated response ",
-        r"Generated response (?P<request_id>[^\s:]+?) \(streaming delta\):",
+        r"Generated response (?P<request_id>\S+?) \(streaming delta\):",
         "v0.10.1 – v0.33.0 (needs --enable-log-outputs)",
         "(APIServer pid=1) INFO 11-07 08:50:30 [logger.py:71] Generated response"
         " chatcmpl-b87aa23d3945464d97fa892ff0d2d044 (streaming delta): output: 'Once',"

@@ -12,7 +12,8 @@ Rules:
   the first `aborted`/`failed`, which also marks success=False.
 * ids are matched across spellings: from 0.14 `Added request` logs `<id>-<8 random chars>`
   and completions add `-<index>`; such an id is folded onto the `Received` id it extends.
-  `Aborted request(s) a,b.` stands for each id.
+  `Aborted request(s) a,b.` stands for each id (only an abort lists ids: another line's id
+  is one id, commas and dots and all).
 * a start after the request's previous end opens a new request (the offline `LLM` class
   reuses ids "0", "1", ... in each process).
 * records without a timestamp cannot be placed and are left out; the resolution is the log's
@@ -76,7 +77,9 @@ def _events(requests: pl.DataFrame) -> pl.DataFrame:
     # eager expression (Polars' in-memory engine) costs about 1 ms, the Series operation a
     # tenth of that.
     rows = requests[_EVENT_COLUMNS]
-    listed = rows["request_id"].str.contains(",", literal=True)
+    # Only an abort lists ids (`Aborted request(s) %s.`, comma-joined); another line's id is
+    # one id, commas and all (a client's `X-Request-Id`).
+    listed = rows["request_id"].str.contains(",", literal=True) & (rows["event"] == "aborted")
     if listed.any():
         # Only the rows that list ids are split (exploding every row copies every row).
         lists = (
@@ -86,9 +89,8 @@ def _events(requests: pl.DataFrame) -> pl.DataFrame:
         )
         rows = pl.concat([rows.filter(~listed), lists])
     # One filter, after the ids are cleaned (a row without a time or an id has none either).
+    # A trailing dot is the id's own: the rows leave the sentence's out (`Added request %s.`).
     rid = rows["request_id"].str.strip_chars()
-    if rid.str.ends_with(".").any():  # rarely: the extraction strips the sentence's dot
-        rid = rid.str.strip_chars_end(".")
     keep = rows["timestamp"].is_not_null() & rid.is_not_null() & (rid != "")
     return rows.with_columns(rid).filter(keep)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from preemptscope.ingest import _route
 from preemptscope.ingest import catalogue as cat
+from preemptscope.ingest.logs import ALL_KINDS, REDUCED, SUMMARY, ParseOptions, iter_parse_path
 
 from tests.ingest.test_hostile_routing import _frames
 
@@ -212,8 +214,9 @@ KNOWN += [
     # access shape at another level than uvicorn's access logger writes.
     ['x - "y INFO:     1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
     ['WARNING:  1.2.3.4:5 - "GET / HTTP/1.1" 200 OK'],
-    # A request line whose id the column-wise word and the row's pattern read apart, and a
-    # bare one (what a hard-wrapped prompt's tail looks like): read per line, by the row.
+    # A request line whose id the column-wise word and the row's pattern read apart (before
+    # the `received` row read ids to their first `: `: `a`), and a bare one (what a
+    # hard-wrapped prompt's tail looks like): read per line, by the row.
     ["INFO 01-15 14:00:00 [a.py:1] Received request a.b: prompt: 'x'"],
     ["INFO 01-15 14:00:00 [a.py:1] Received request "],
     ["Finished request cmpl-81abe7cfa0cc42a696c703368ba37734."],
@@ -283,9 +286,77 @@ KNOWN += [
 ]
 
 
+_REQ = "(APIServer pid=1) INFO 01-15 14:00:00 [logger.py:49] "
+_HUGE_PID = "(APIServer pid=99999999999999999999) "
+KNOWN += [
+    # A client's request ids (X-Request-Id) with dots, colons, trailing dots, commas, a blank
+    # other than a space after them, or long past the 200 characters the column-wise head
+    # reads: the id as each row delimits it, in both paths (dotted ids column-wise).
+    [_REQ + "Received request chat.1: prompt: 'x'", _REQ + "Added request chat.1-1a2b3c4d."],
+    [_REQ + "Received request tenant:7: params: x", _REQ + "Received request r.: params: x"],
+    [_REQ + "Added request r..", _REQ + "Request r. aborted.", _REQ + "Request a.1 failed."],
+    [_REQ + "Aborted request(s) a.1,b.2.", _REQ + "Aborted request(s) a,b.."],
+    [_REQ + "Generated response a.1.: output: 'x'", _REQ + "Generated response a:b: output: 'x'"],
+    [_REQ + "Generated response a:b (streaming delta): x", _REQ + "Received request x, y"],
+    [_REQ + "Added request x\tfoo.", _REQ + "Added request x.\u00a0foo."],
+    [
+        _REQ + "Received request a:: params: x",
+        _REQ + "Added request a:.",
+        _REQ + "Added request b:",
+    ],
+    [_REQ + "Received request a:b:c: params: x", _REQ + "Generated response a:b:", "x"],
+    [_REQ + "Received request " + "i" * 190 + ": prompt: 'x'"],
+    [_REQ + "Generated response " + "i" * 181 + " (streaming delta): x"],
+    # A pid past 64 bits in front of a request or another line (uvicorn's too), also behind
+    # docker's time or a first prefix: that one line unrecognised, with the reason.
+    [_HUGE_PID + "INFO 01-15 14:00:00 [a.py:1] hello"],
+    [_HUGE_PID + "INFO 01-15 14:00:00 [logger.py:49] Received request x: prompt: 'a'"],
+    [_HUGE_PID + "INFO 01-15 14:00:00 [async_llm.py:347] Added request x."],
+    [_HUGE_PID + "INFO:     Started server process [1]"],
+    ["(APIServer pid=9223372036854775808) INFO 01-15 14:00:00 [a.py:1] hello"],
+    ["(APIServer pid=9223372036854775807) INFO 01-15 14:00:00 [a.py:1] hello"],
+    ["2025-01-15T14:00:00Z " + _HUGE_PID + "INFO 01-15 14:00:00 [a.py:1] hello"],
+    ["(A pid=1) " + _HUGE_PID + "INFO 01-15 14:00:00 [a.py:1] hello"],
+    # A header's line number past 64 bits, in front of each claimed kind: the same.
+    ["INFO 01-15 14:00:00 [a.py:99999999999999999999] hello"],
+    ["(APIServer pid=1) INFO 01-15 14:00:00 a.py:9223372036854775808] hello"],
+    ["(APIServer pid=1) INFO 01-15 14:00:00 [a.py:9223372036854775807] hello"],
+    ["INFO 01-15 14:00:00 [logger.py:99999999999999999999] Received request x: params: y"],
+    [_STATS.replace("loggers.py:116", "loggers.py:99999999999999999999")],
+]
+
+
 @pytest.mark.parametrize("lines", KNOWN)
 def test_known_disagreements_are_gone(lines: list[str]) -> None:
     _assert_agree(lines)
+
+
+@pytest.mark.parametrize("keep", [ALL_KINDS, REDUCED, SUMMARY])
+def test_a_number_past_64_bits_costs_its_line_alone(tmp_path: Path, keep: frozenset[str]) -> None:
+    """A pid or a header's line number: in `parse` (SUMMARY), `report` (REDUCED) and in full,
+    the line is unrecognised with the reason, its neighbours are read (the column-wise path
+    counted it, with a null pid)."""
+    good = "(APIServer pid=7) INFO 01-15 14:00:00 [logger.py:49] Received request y: params: x"
+    lines = [
+        good,
+        _HUGE_PID + "INFO 01-15 14:00:00 [logger.py:49] Received request x: params: x",
+        _HUGE_PID + "INFO 01-15 14:00:01 [a.py:1] hello",
+        _HUGE_PID + "INFO:     Started server process [1]",
+        "(APIServer pid=7) INFO 01-15 14:00:02 [a.py:1] hello",
+        "(APIServer pid=7) INFO 01-15 14:00:03 [a.py:99999999999999999999] hello",
+    ]
+    path = tmp_path / "vllm.log"
+    path.write_text("\n".join(lines * 400) + "\n")  # past SMALL_FRAME: the distinct-key path
+    parts = list(iter_parse_path(path, options=ParseOptions(year=2025), keep=keep))
+    acc = [part.accounting for part in parts]
+    assert sum(a.lines for a in acc) == 2400
+    assert sum(a.unrecognized_lines for a in acc) == 1600
+    assert sum(a.parsed_lines for a in acc) == 800
+    reasons = pl.concat([part["unrecognized"] for part in parts])["reason"].value_counts()
+    assert dict(reasons.iter_rows()) == {
+        "number out of range: pid does not fit in 64 bits": 1200,
+        "number out of range: logger_line does not fit in 64 bits": 400,
+    }
 
 
 # Derandomized: the same examples every run (main stays green); bench/hostile_search.py

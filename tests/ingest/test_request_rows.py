@@ -1,8 +1,9 @@
 """Request rows taken apart column-wise (`_requests_frame`: byte offsets, anchored regexes
 without captures) give what the rules say, written line by line in plain Python here: the
-lead words and the id within the first 200 characters of the message, the `(streaming
-delta)` suffix right after the id; and bulk rows of a batch dated by its one year give what
-the row-by-row dating gives."""
+lead words at the start of the message and the id after them, however long (the extraction
+looks in the first 200 characters, and again in the whole message where an id may run past
+them), the `(streaming delta)` suffix right after the id; and bulk rows of a batch dated by
+its one year give what the row-by-row dating gives."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ _LEADS = {
     "Request": "aborted",
 }
 _LEAD_RE = re.compile("(" + "|".join(_LEADS) + r")(?:\(s\))? ")
-_ID_RE = re.compile(r"[^ :,\r\n]*")
+# Up to an ASCII blank or `,`; the format's `:` or `.` after it dropped.
+_ID_RE = re.compile(r"[^\t-\r ,]*")
 _DELTA = " (streaming delta):"
 
 
@@ -36,7 +38,7 @@ def _expected(raw: str, msg_at: int | None) -> tuple[str | None, str | None]:
     """(event, request_id) of a request line by the rules, from its message offset."""
     if msg_at is None:
         return None, None
-    head = raw[msg_at : msg_at + 200]
+    head = raw[msg_at:]
     head = head[1:] if head.startswith(" ") else head
     lead = _LEAD_RE.match(head)
     if lead is None:
@@ -47,7 +49,7 @@ def _expected(raw: str, msg_at: int | None) -> tuple[str | None, str | None]:
     event = _LEADS[lead.group(1)]
     if event == "generated" and after[rid.end() : rid.end() + len(_DELTA)] == _DELTA:
         event = "delta"
-    return event, rid.group().rstrip(".")
+    return event, rid.group().rstrip(".:")
 
 
 _PREFIXES = ["", "(APIServer pid=1) ", "[a] (APIServer pid=2) ", "сервис | ", "x] "]
@@ -60,8 +62,8 @@ _WORDS = [*_LEADS, "Received  request", "received request", "Generated responses
 # Ids as clients and engines spell them, and as a prompt or damage could: dots, dashes,
 # non-ASCII, tabs and no-break spaces (no delimiter), brackets, a delimiter at once.
 _ID = st.one_of(
-    st.text(alphabet="abc-._é日\t\u00a0]()", max_size=12),
-    st.sampled_from(["chatcmpl-1", "cmpl-9-0", "r1.", "r1..", "a,b", "é.", ""]),
+    st.text(alphabet="abc-._:é日\t\u00a0\x1c]()", max_size=12),
+    st.sampled_from(["chatcmpl-1", "cmpl-9-0", "r1.", "r1..", "a,b", "é.", "t:7", "t:", ""]),
     st.integers(150, 230).map(lambda n: "i" * n),  # around the 200-character limit
 )
 _TAILS = st.sampled_from(
@@ -114,9 +116,9 @@ def test_request_row_shapes() -> None:
         head + "Generated response é-1 (streaming delta): x",
         head + "Aborted request(s) a,b.",
         head + "Finished request r1..",
-        head + "Received request " + "i" * 190 + ": prompt: 'x'",  # id cut at 200 characters
-        head + "Generated response " + "i" * 181 + " (streaming delta): x",  # suffix cut off
-        head + "Generated response " + "i" * 160 + " (streaming delta): x",  # suffix whole
+        head + "Received request " + "i" * 190 + ": prompt: 'x'",  # id past 200 characters
+        head + "Generated response " + "i" * 181 + " (streaming delta): x",  # suffix past them
+        head + "Generated response " + "i" * 160 + " (streaming delta): x",  # suffix within
         "сервис | " + head + "Received request é日: prompt: 'x'",
         head + "Request\tr1 aborted",
         head + "Generated response r1 (streaming complete): output: 'a'",
@@ -125,10 +127,10 @@ def test_request_row_shapes() -> None:
     _check(lines * (SMALL_FRAME // len(lines) + 2))
     got = _requests_frame(pl.DataFrame({"raw": lines, "line": list(range(1, len(lines) + 1))}))
     assert got["event"].to_list()[:3] == ["delta", "generated", "delta"]
-    assert got["event"].to_list()[6:8] == ["generated", "delta"]
+    assert got["event"].to_list()[6:8] == ["delta", "delta"]
     assert got["event"][-1] == "generated"
-    # The message's 200 characters start with the header's space.
-    assert got["request_id"][5] == "i" * (199 - len("Received request "))
+    # An id whole past the first 200 characters (a client's `X-Request-Id` may be long).
+    assert got["request_id"][5] == "i" * 190
 
 
 # Dating: stats records among request lines, months that go back (a new year), wrapper times.

@@ -48,9 +48,14 @@ def _reference_fold(events: pl.DataFrame) -> pl.DataFrame:
 def _reference(requests: pl.DataFrame) -> pl.DataFrame:
     events = (
         requests.filter(pl.col("timestamp").is_not_null() & pl.col("request_id").is_not_null())
-        .with_columns(pl.col("request_id").str.split(","))
+        # Only an abort lists ids; a trailing dot is the id's (the rows leave the sentence's out).
+        .with_columns(
+            pl.when(pl.col("event") == "aborted")
+            .then(pl.col("request_id").str.split(","))
+            .otherwise(pl.concat_list("request_id"))
+        )
         .explode("request_id")
-        .with_columns(pl.col("request_id").str.strip_chars().str.strip_chars_end("."))
+        .with_columns(pl.col("request_id").str.strip_chars())
         .filter(pl.col("request_id") != "")
         .select("source", "line", "deployment", "timestamp", "event", "request_id")
     )
@@ -246,9 +251,14 @@ def test_streaming_join_matches_one_go(rows: list[Row], cuts: list[int]) -> None
     # Every request with a start arrives once, whether or not it ends.
     events = _reference_fold(
         requests.filter(pl.col("timestamp").is_not_null() & pl.col("request_id").is_not_null())
-        .with_columns(pl.col("request_id").str.split(","))
+        # Only an abort lists ids; a trailing dot is the id's (the rows leave the sentence's out).
+        .with_columns(
+            pl.when(pl.col("event") == "aborted")
+            .then(pl.col("request_id").str.split(","))
+            .otherwise(pl.concat_list("request_id"))
+        )
         .explode("request_id")
-        .with_columns(pl.col("request_id").str.strip_chars().str.strip_chars_end("."))
+        .with_columns(pl.col("request_id").str.strip_chars())
         .filter(pl.col("request_id") != "")
     ).sort(["key", "timestamp", "line"])
     previous_is_start = pl.col("event").shift(1).over("key").is_in(_STARTS).fill_null(False)
@@ -344,9 +354,14 @@ def _expected_rows(requests: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     line (in time, then line order), with that line's source and pid."""
     events = _reference_fold(
         requests.filter(pl.col("timestamp").is_not_null() & pl.col("request_id").is_not_null())
-        .with_columns(pl.col("request_id").str.split(","))
+        # Only an abort lists ids; a trailing dot is the id's (the rows leave the sentence's out).
+        .with_columns(
+            pl.when(pl.col("event") == "aborted")
+            .then(pl.col("request_id").str.split(","))
+            .otherwise(pl.concat_list("request_id"))
+        )
         .explode("request_id")
-        .with_columns(pl.col("request_id").str.strip_chars().str.strip_chars_end("."))
+        .with_columns(pl.col("request_id").str.strip_chars())
         .filter(pl.col("request_id") != "")
     ).sort(["deployment", "key", "timestamp", "line"], maintain_order=True)
     is_start = pl.col("event").is_in(_STARTS)
