@@ -170,7 +170,7 @@ def _process_before(pre: str) -> tuple[str | None, int | None]:
         if tail is not None and _NO_PARENS_RE.match(pre, tail.end()) is not None:
             named = _process_name(pre, at)
             if named is not None:
-                return named[0].strip(), to_int(tail.group("pid"))
+                return named[0].strip(cat.SPACES), to_int(tail.group("pid"))
     at = pre.rfind("[rank")
     if at >= 0:
         rank = _RANK_RE.match(pre, at)
@@ -296,7 +296,7 @@ def envelope(text: str) -> tuple[Env, str]:
         proc = match.group("proc") or match.group("rank")
         return (
             Env(
-                process=proc.strip() if proc else None,
+                process=proc.strip(cat.SPACES) if proc else None,
                 pid=to_int(match.group("pid")),
                 level=match.group("level"),
                 wts=match.group("wts"),

@@ -40,7 +40,8 @@ _REQ_LIT = "|".join(re.escape(literal) for literal in cat.REQUEST_LITERALS)
 _STATS_VALID = (
     cat.HEADER_CORE
     + cat.STATS_RECORD_START
-    + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
+    + r"[^\n]*Running: [0-9]+ reqs[^\n]*(?:Waiting|Pending): [0-9]+ reqs"
+    + r"[^\n]*KV cache usage: [0-9.]+%"
 )
 # Stats lines whose process prefix cat.ENVELOPE reads apart from the per-line path: its `(`
 # lost behind a wrapper, two ranks (the last one is the line's), a rank and a process prefix

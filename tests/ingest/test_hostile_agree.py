@@ -300,3 +300,32 @@ def test_known_disagreements_are_gone(lines: list[str]) -> None:
 @example(KNOWN[0])
 def test_routed_and_per_line_agree_on_mixtures(lines: list[str]) -> None:
     _assert_agree(lines)
+
+
+# Lines the two engines read apart (tests/ingest/test_engine_classes.py): a digit or a word
+# character of one engine's Unicode tables only (U+11DE0 is `\d`, U+0558 `\w` to the `regex`
+# module alone) in a stats number, before a KV device or `N Engines Aggregated`, in a bare
+# lead's line number, an engine index or a foreign time the router's ASCII cues passed by; a
+# U+001C-U+001F that Python's str.strip() takes for whitespace and `\s` does not (a blank
+# line, the commas of a stats `extra`, a process name).
+ENGINE_CLASSES = [
+    [_STATS + ", Prefix cache hit rate: \U00011de0.0%"],
+    [_STATS + ", Preemptions: \U00011de0"],
+    [_STATS.replace(", GPU KV", ", \u0558GPU KV")],
+    [_STATS.replace("GPU KV", "G\u0558PU KV")],
+    [_STATS + ", \u05582 Engines Aggregated: x"],
+    ["[a.py:\U00011de0] # GPU blocks: 5, # CPU blocks: 7."],
+    [
+        "\u258e Engine \U00011de0: vllm cache_config_info with initialization after num_gpu_blocks"
+        " is: 5, x"
+    ],
+    [
+        "[x] GPU blocks: none, here a date and more text to make it long enough"
+        " 2025-01-1\U00011de0",
+        " 14:00:00,123 - vllm - INFO - # GPU blocks: 5",
+    ],
+    ["\x1c"],
+    [_STATS + ", Foo: 1\x1c, Bar: 2"],
+    ["(APIServer\x1c pid=1) " + _STATS],
+]
+KNOWN += ENGINE_CLASSES
