@@ -353,8 +353,12 @@ def json_line(text: str) -> tuple[Env, str] | None:
         env, message = nested if nested is not None else envelope(inner)
         if isinstance(obj.get("time"), str):
             # docker's time is the outer wrapper: it wins, as in `<time> <log>` (the form
-            # the router reads these lines in) the first wrapper does.
-            env.wts = obj["time"]
+            # the router reads these lines in) the first wrapper does; a time that is no
+            # wrapper's there (not ASCII digits, no time at all) stands in front of the log,
+            # which then has none either (int() read `١2025` as the year 1202; `x2025`
+            # ended the parse).
+            wrapper = WRAPPER_RE.match(obj["time"] + " ")
+            env.wts = wrapper.group("wts") if wrapper is not None else None
         return env, message
     if isinstance(obj.get("message"), str) and ("levelname" in obj or "asctime" in obj):
         asctime = obj.get("asctime")

@@ -307,7 +307,8 @@ def test_routed_and_per_line_agree_on_mixtures(lines: list[str]) -> None:
 # module alone) in a stats number, before a KV device or `N Engines Aggregated`, in a bare
 # lead's line number, an engine index or a foreign time the router's ASCII cues passed by; a
 # U+001C-U+001F that Python's str.strip() takes for whitespace and `\s` does not (a blank
-# line, the commas of a stats `extra`, a process name).
+# line, the commas of a stats `extra`, a process name); a docker json-file time that is no
+# wrapper's (int() read `١2025` as the year 1202; `x2025` ended the parse).
 ENGINE_CLASSES = [
     [_STATS + ", Prefix cache hit rate: \U00011de0.0%"],
     [_STATS + ", Preemptions: \U00011de0"],
@@ -327,5 +328,15 @@ ENGINE_CLASSES = [
     ["\x1c"],
     [_STATS + ", Foo: 1\x1c, Bar: 2"],
     ["(APIServer\x1c pid=1) " + _STATS],
+    [
+        json.dumps(
+            {"log": "INFO 01-15 14:00:00 [a.py:1] hi\n", "time": "\u06612025-01-15T14:00:00Z"}
+        )
+    ],
+    [
+        json.dumps(
+            {"log": "INFO 01-15 14:00:00 [a.py:1] # GPU blocks: 5\n", "time": "x2025-01-15T14:00Z"}
+        )
+    ],
 ]
 KNOWN += ENGINE_CLASSES
