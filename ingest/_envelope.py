@@ -32,6 +32,7 @@ _SGR = cat.ANSI_SGR_CORE
 _ANSI_SGR_RE = re.compile(rf"#033{_SGR}|\^\[{_SGR}|{_SGR}")  # cat.ANSI_SGR, literal first
 _ANSI_PROBE_RE = re.compile(_SGR)  # in every match of _ANSI_SGR_RE
 WRAPPER_RE = regex.compile(rf"^{cat.WRAPPER_TS}", FLAGS)
+WRAPPER_TIME_RE = regex.compile(cat.WRAPPER_TIME, FLAGS)
 TIMESTAMP_RE = regex.compile(cat.TIMESTAMP, FLAGS)
 # The header from its timestamp on (the level in front is checked by hand): searching the
 # whole header costs its optional level group at every character of a long line.
@@ -353,12 +354,12 @@ def json_line(text: str) -> tuple[Env, str] | None:
         env, message = nested if nested is not None else envelope(inner)
         if isinstance(obj.get("time"), str):
             # docker's time is the outer wrapper: it wins, as in `<time> <log>` (the form
-            # the router reads these lines in) the first wrapper does; a time that is no
-            # wrapper's there (not ASCII digits, no time at all) stands in front of the log,
-            # which then has none either (int() read `١2025` as the year 1202; `x2025`
+            # the router reads these lines in) the first wrapper does. A time that is no
+            # container time (not ASCII digits, no time at all) gives none, and the router
+            # leaves such a line to this path (int() read `١2025` as the year 1202; `x2025`
             # ended the parse).
-            wrapper = WRAPPER_RE.match(obj["time"] + " ")
-            env.wts = wrapper.group("wts") if wrapper is not None else None
+            time = obj["time"]
+            env.wts = time if WRAPPER_TIME_RE.fullmatch(time) is not None else None
         return env, message
     if isinstance(obj.get("message"), str) and ("levelname" in obj or "asctime" in obj):
         asctime = obj.get("asctime")

@@ -92,7 +92,9 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     """docker's json-file lines (`{"log": "...\\n", "stream": ..., "time": ...}`) as
     `<time> <log>`, the form docker --timestamps prints, so they take the vectorised path.
 
-    Lines that do not decode (or carry no time) are left as they are for the per-line path.
+    Lines that do not decode (or carry no container time: the per-line path reads the log
+    alone then, and `x <log>` would be another text in front of it) are left as they are for
+    the per-line path.
     Only lines that may be JSON objects are decoded (a `{"log": [[[[...` line 5,000 deep cost
     its decoding twice).
     """
@@ -103,8 +105,9 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     log = pl.col("raw").str.json_path_match("$.log").str.strip_chars_end("\r\n")
     time = pl.col("raw").str.json_path_match("$.time")
     unwrapped = pl.concat_str([time, pl.lit(" "), log])
+    container = time.str.contains(f"^{cat.WRAPPER_TIME}$")
     decoded = frame.select(
-        pl.when(unwrapped.is_not_null() & ~log.str.contains("\n", literal=True))
+        pl.when(unwrapped.is_not_null() & container & ~log.str.contains("\n", literal=True))
         .then(unwrapped)
         .otherwise(pl.col("raw"))
     ).to_series()

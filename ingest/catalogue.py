@@ -81,8 +81,10 @@ TIMESTAMP = no_groups(_HEADER_TIME)
 HEADER_CORE = no_groups(_HEADER_TIME + _HEADER_AT)
 # The location after the timestamp, `[file:line]` or `file:line]`.
 LOCATION = r"^\[?(?P<file>[^\] :]+):(?P<lineno>[0-9]+)\]"
-# A container timestamp at the start (the time of WRAPPER_TS), its one group the time.
-LEADING_WRAPPER_TS = "^(" + no_groups(WRAPPER_TS[: WRAPPER_TS.index(r"\s+")])[3:] + r"\s"
+# The time of WRAPPER_TS alone (what a docker json-file `time` must be to stand as one).
+WRAPPER_TIME = no_groups(WRAPPER_TS[: WRAPPER_TS.index(r"\s+")])
+# A container timestamp at the start, its one group the time.
+LEADING_WRAPPER_TS = "^(" + WRAPPER_TIME[3:] + r"\s"
 # Uvicorn's level prefix (`INFO:     `).
 UVICORN_LEVEL = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
 # The whole envelope in front of a vLLM-formatted message: optional container timestamp,

@@ -308,7 +308,8 @@ def test_routed_and_per_line_agree_on_mixtures(lines: list[str]) -> None:
 # lead's line number, an engine index or a foreign time the router's ASCII cues passed by; a
 # U+001C-U+001F that Python's str.strip() takes for whitespace and `\s` does not (a blank
 # line, the commas of a stats `extra`, a process name); a docker json-file time that is no
-# wrapper's (int() read `١2025` as the year 1202; `x2025` ended the parse).
+# wrapper's (int() read `١2025` as the year 1202; `x2025` ended the parse; the router read it
+# in front of a process prefix that lost its `(`).
 ENGINE_CLASSES = [
     [_STATS + ", Prefix cache hit rate: \U00011de0.0%"],
     [_STATS + ", Preemptions: \U00011de0"],
@@ -336,6 +337,12 @@ ENGINE_CLASSES = [
     [
         json.dumps(
             {"log": "INFO 01-15 14:00:00 [a.py:1] # GPU blocks: 5\n", "time": "x2025-01-15T14:00Z"}
+        )
+    ],
+    [json.dumps({"log": "APIServer pid=1) " + _STATS + "\n", "time": "x2025-01-15T14:00:00Z"})],
+    [
+        json.dumps(
+            {"log": "APIServer pid=1) " + _STATS + "\n", "time": "\U00011de02025-01-15T14:00Z"}
         )
     ],
 ]
