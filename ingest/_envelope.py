@@ -337,6 +337,17 @@ def _process_only(text: str, begin: int, wts: str | None, wrapped: bool) -> tupl
 _JSON_MAX_OPEN = 512
 
 
+def _utf8(obj: object) -> bool:
+    """Whether a decoded JSON value holds no lone surrogate (`"\\ud807"`: json.loads takes
+    it, Polars' decoder takes no document that holds one, so the router reads such a line as
+    text; a message with one ended the parse when its rows were built)."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode()
+    except (UnicodeEncodeError, RecursionError, ValueError):
+        return False
+    return True
+
+
 def json_line(text: str) -> tuple[Env, str] | None:
     """docker json-file lines and vLLM's JSON formatter (v0.32+); None if not JSON."""
     if text.count("[") + text.count("{") > _JSON_MAX_OPEN:
@@ -346,7 +357,7 @@ def json_line(text: str) -> tuple[Env, str] | None:
     except (ValueError, RecursionError):
         # RecursionError: `[[[[...` thousands deep; such a line is not a log record.
         return None
-    if not isinstance(obj, dict):
+    if not isinstance(obj, dict) or ("\\u" in text and not _utf8(obj)):
         return None
     if isinstance(obj.get("log"), str):
         inner = clean(obj["log"].rstrip("\r\n"))

@@ -340,6 +340,13 @@ ENGINE_CLASSES = [
         )
     ],
     [json.dumps({"log": "APIServer pid=1) " + _STATS + "\n", "time": "x2025-01-15T14:00:00Z"})],
+    # A lone surrogate escape: JSON to Python's json, not to Polars' decoder (a message that
+    # held one ended the parse per line, and also routed: its kind literal sent it there).
+    [
+        '{"asctime": "2025-01-15 14:00:00", "levelname": "INFO", "name": "vllm", "message":'
+        ' "Received request x\\ud807: prompt: \'a\'", "process": 1, "processName": "APIServer"}'
+    ],
+    ['{"log": "INFO 01-15 14:00:00 [a.py:1] he\\ud807llo\\n", "time": "2025-01-15T14:00:00Z"}'],
     [
         json.dumps(
             {"log": "APIServer pid=1) " + _STATS + "\n", "time": "\U00011de02025-01-15T14:00Z"}
