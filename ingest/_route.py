@@ -101,13 +101,17 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     index = _cues.json_objects(raw, raw.str.starts_with('{"log":')).arg_true()
     if index.len() == 0:
         return raw.rename("raw")
-    frame = pl.DataFrame({"raw": raw.gather(index)})
-    log = pl.col("raw").str.json_path_match("$.log").str.strip_chars_end("\r\n")
-    time = pl.col("raw").str.json_path_match("$.time")
+    # The log and the time decoded once each, as columns (an eager select decodes an
+    # expression again for each use).
+    frame = pl.DataFrame({"raw": raw.gather(index)}).with_columns(
+        pl.col("raw").str.json_path_match("$.log").str.strip_chars_end("\r\n").alias("log"),
+        pl.col("raw").str.json_path_match("$.time").alias("time"),
+    )
+    log, time = pl.col("log"), pl.col("time")
     unwrapped = pl.concat_str([time, pl.lit(" "), log])
     container = time.str.contains(f"^{cat.WRAPPER_TIME}$")
     decoded = frame.select(
-        pl.when(unwrapped.is_not_null() & container & ~log.str.contains("\n", literal=True))
+        pl.when(container & log.is_not_null() & ~log.str.contains("\n", literal=True))
         .then(unwrapped)
         .otherwise(pl.col("raw"))
     ).to_series()
