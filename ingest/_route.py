@@ -93,8 +93,8 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     `<time> <log>`, the form docker --timestamps prints, so they take the vectorised path.
 
     Lines that do not decode (or carry no container time: the per-line path reads the log
-    alone then, and `x <log>` would be another text in front of it) are left as they are for
-    the per-line path.
+    alone then, and `x <log>` would be another text in front of it; or a log that is no
+    string) are left as they are for the per-line path.
     Only lines that may be JSON objects are decoded (a `{"log": [[[[...` line 5,000 deep cost
     its decoding twice).
     """
@@ -110,8 +110,10 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     log, time = pl.col("log"), pl.col("time")
     unwrapped = pl.concat_str([time, pl.lit(" "), log])
     container = time.str.contains(f"^{cat.WRAPPER_TIME}$")
+    # A string, as the per-line path needs it (json_path_match gives an array's JSON text).
+    text = pl.col("raw").str.contains(r'^\{"log": ?"')
     decoded = frame.select(
-        pl.when(container & log.is_not_null() & ~log.str.contains("\n", literal=True))
+        pl.when(container & text & ~log.str.contains("\n", literal=True))
         .then(unwrapped)
         .otherwise(pl.col("raw"))
     ).to_series()

@@ -347,6 +347,8 @@ ENGINE_CLASSES = [
         ' "Received request x\\ud807: prompt: \'a\'", "process": 1, "processName": "APIServer"}'
     ],
     ['{"log": "INFO 01-15 14:00:00 [a.py:1] he\\ud807llo\\n", "time": "2025-01-15T14:00:00Z"}'],
+    # A json-file log that is no string: Polars' json_path_match gives the array's JSON text.
+    ['{"log": ["INFO 01-15 14:00:00 [a.py:1] hi"], "time": "2025-01-15T14:00:00Z"}'],
     [
         json.dumps(
             {"log": "APIServer pid=1) " + _STATS + "\n", "time": "\U00011de02025-01-15T14:00Z"}
