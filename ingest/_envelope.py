@@ -11,6 +11,7 @@ are found in steps, not by one pattern with lazy runs.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -348,12 +349,26 @@ def _utf8(obj: object) -> bool:
     return True
 
 
+def _finite(number: str) -> float:
+    """A JSON number as json.loads reads it, but none past a float's range (`1e999`: no JSON to
+    Polars' decoder, which the router reads such a line with)."""
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(number)
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(name)  # `NaN`, `Infinity`: JSON to json.loads only
+
+
 def json_line(text: str) -> tuple[Env, str] | None:
-    """docker json-file lines and vLLM's JSON formatter (v0.32+); None if not JSON."""
+    """docker json-file lines and vLLM's JSON formatter (v0.32+); None if not JSON (to
+    Polars' decoder either, which the router reads them with)."""
     if text.count("[") + text.count("{") > _JSON_MAX_OPEN:
         return None  # `[[[[...` thousands deep: no log record, and costly to refuse
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         # RecursionError: `[[[[...` thousands deep; such a line is not a log record.
         return None

@@ -349,6 +349,9 @@ ENGINE_CLASSES = [
     ['{"log": "INFO 01-15 14:00:00 [a.py:1] he\\ud807llo\\n", "time": "2025-01-15T14:00:00Z"}'],
     # A json-file log that is no string: Polars' json_path_match gives the array's JSON text.
     ['{"log": ["INFO 01-15 14:00:00 [a.py:1] hi"], "time": "2025-01-15T14:00:00Z"}'],
+    # Numbers that json.loads takes and Polars' decoder does not (the line is text to both).
+    ['{"log": "INFO 01-15 14:00:00 [a.py:1] hi\\n", "time": "2025-01-15T14:00:00Z", "x": NaN}'],
+    ['{"log": "INFO 01-15 14:00:00 [a.py:1] hi\\n", "time": "2025-01-15T14:00:00Z", "x": 1e999}'],
     [
         json.dumps(
             {"log": "APIServer pid=1) " + _STATS + "\n", "time": "\U00011de02025-01-15T14:00Z"}
