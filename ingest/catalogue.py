@@ -25,10 +25,8 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # `regex` module's are newer: 17,559 code points more are `\w` to it, ten more `\d`; the
 # set is in tests/ingest/test_engine_classes.py). vLLM and the loggers around it print their
 # numbers, names and levels in ASCII, so every pattern both paths read (and every per-line
-# pattern the router's cues stand for) has ASCII classes: `[0-9]` for a digit, and
-# WORD_START for `\b` in front of a word, one character that is none of `[A-Za-z0-9_]` (or
-# the text's start), consumed (Rust regex has no lookbehind).
-WORD_START = r"(?:^|[^A-Za-z0-9_])"
+# pattern the router's cues stand for) has ASCII classes: `[0-9]` for a digit, and no `\b`
+# (the stats fields start at FIELD_START).
 # What `\s` is to both engines (Unicode White_Space), for Python's str methods, whose
 # whitespace also holds U+001C-U+001F (as `\s` does to stdlib `re`): where the router reads
 # `\s` or strips with Polars' `strip_chars()`, the per-line path strips these.
@@ -273,11 +271,16 @@ STATS_ROWS: tuple[LineFormat, ...] = (
 # (column, pattern with one group). Order matters for `extra`: everything not matched is kept.
 # Numbers in ASCII digits, as vLLM prints them: another script's digits are no field to either
 # engine (their text stays in `extra`).
+# Where a field without a literal of its own starts: at the message's start or after a blank
+# or a comma, as vLLM separates them (`\b` was a word boundary by each engine's own `\w`).
+# Consumed (Rust regex has no lookbehind). In front of a run that may open anywhere, so a
+# search starts it once per run, not at every character of it (linear time in the `regex`
+# module too); a small class, which Rust regex's literal search skips to ` KV cache usage: `
+# past (a class of all but `[A-Za-z0-9_]` read every byte: 2 ms a MB a field).
+FIELD_START = r"(?:^|[\s,])"
 STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("engine", r"Engine ([0-9]+): "),
-    # WORD_START in front of a run that may open anywhere: a search starts it once per run,
-    # not at every character of it (linear time in the `regex` module too).
-    ("engines_aggregated", WORD_START + r"([0-9]+) Engines Aggregated: "),
+    ("engines_aggregated", FIELD_START + r"([0-9]+) Engines Aggregated: "),
     ("prompt_throughput", r"Avg prompt throughput: ([0-9.]+) tokens/s"),
     ("generation_throughput", r"Avg generation throughput: ([0-9.]+) tokens/s"),
     ("throughput_v01", r"^Throughput: ([0-9.]+) tokens/s"),
@@ -287,8 +290,8 @@ STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("swapped", r"Swapped: ([0-9]+) reqs"),
     ("deferred", r"Deferred: ([0-9]+) reqs"),
     ("preemptions", r"Preemptions: ([0-9]+)"),
-    ("kv_device", WORD_START + r"([A-Z][A-Za-z]*(?: \+ host)?) KV cache usage: [0-9.]+%"),
-    ("gpu_kv_cache_usage", WORD_START + r"[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: ([0-9.]+)%"),
+    ("kv_device", FIELD_START + r"([A-Z][A-Za-z]*(?: \+ host)?) KV cache usage: [0-9.]+%"),
+    ("gpu_kv_cache_usage", FIELD_START + r"[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: ([0-9.]+)%"),
     ("cpu_kv_cache_usage", r"%,? CPU KV cache usage: ([0-9.]+)%"),
     ("prefix_cache_hit_rate", r"Prefix cache hit rate: ([0-9.]+)%"),
     ("external_prefix_cache_hit_rate", r"External prefix cache hit rate: ([0-9.]+)%"),
@@ -307,14 +310,13 @@ STATS_FLOAT_FIELDS = (
     "external_prefix_cache_hit_rate",
     "mm_cache_hit_rate",
 )
-# Whole known fields, removed to leave the unknown ones as `extra`. The character a WORD_START
-# takes goes with its field: in vLLM's lines a blank after a comma, which the clean-up of
-# `extra` removes anyway.
+# Whole known fields, removed to leave the unknown ones as `extra`. The blank or comma a
+# FIELD_START takes goes with its field (the clean-up of `extra` removes it anyway).
 STATS_KNOWN_FIELDS = (
-    rf"Engine [0-9]+: |{WORD_START}[0-9]+ Engines Aggregated: "
+    rf"Engine [0-9]+: |{FIELD_START}[0-9]+ Engines Aggregated: "
     r"|Avg (?:prompt|generation) throughput: [0-9.]+ tokens/s"
     r"|^Throughput: [0-9.]+ tokens/s|(?:Running|Waiting|Pending|Swapped|Deferred): [0-9]+ reqs"
-    rf"|Preemptions: [0-9]+|{WORD_START}[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: [0-9.]+%"
+    rf"|Preemptions: [0-9]+|{FIELD_START}[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: [0-9.]+%"
     r"|(?:External p|P)refix cache hit rate: [0-9.]+%|MM cache hit rate: [0-9.]+%"
 )
 STATS_RECORD_START = r"(?:Engine [0-9]+: |[0-9]+ Engines Aggregated: )?Avg prompt throughput: "
