@@ -58,12 +58,16 @@ def _fraction(percent: str | None) -> float | None:
 
 def _commas(text: str) -> str:
     """Runs of commas and the whitespace around them as one `, ` (the vectorised path's
-    `(?:\\s*,\\s*)+` replace, without a regex that backtracks on long whitespace runs)."""
+    `(?:\\s*,\\s*)+` replace, without a regex that backtracks on long whitespace runs; its
+    `\\s`, cat.SPACES, not str.strip()'s, which holds U+001C-U+001F too)."""
     if "," not in text:
         return text
     pieces = text.split(",")
-    kept = [piece.strip() if 0 < i < len(pieces) - 1 else piece for i, piece in enumerate(pieces)]
-    first, last = kept[0].rstrip(), kept[-1].lstrip()
+    spaces = cat.SPACES
+    kept = [
+        piece.strip(spaces) if 0 < i < len(pieces) - 1 else piece for i, piece in enumerate(pieces)
+    ]
+    first, last = kept[0].rstrip(spaces), kept[-1].lstrip(spaces)
     middle = [piece for piece in kept[1:-1] if piece]
     return ", ".join([first, *middle, last]) if len(pieces) > 1 else text
 
@@ -264,7 +268,7 @@ def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
 BARE_LEADS = (
     regex.compile(r"[^\w\n]{1,8}", FLAGS),
     regex.compile(
-        r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )?[^\w\n\[]{0,16}\[?[\w.-]{1,80}:\d{1,9}\] ?",
+        r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )?[^\w\n\[]{0,16}\[?[\w.-]{1,80}:[0-9]{1,9}\] ?",
         FLAGS,
     ),
 )

@@ -40,7 +40,7 @@ SYSLOG_PID = r"\[[0-9]+\]: "  # syslog's `python3[28059]: `
 # What the per-line path reads at the start of a line as an envelope: a JSON object (even a
 # broken one) or a container timestamp (ASCII digits, as cat.WRAPPER_TS has them).
 WRAPPER_START = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
-_ENVELOPE_START = r"^(?:\{|\d{4}-\d\d-\d\d)"
+_ENVELOPE_START = r"^(?:\{|[0-9]{4}-[0-9]{2}-[0-9]{2})"
 KIND_LIT = "|".join(re.escape(literal) for literal in sorted(_glue.KIND_LITERALS))
 # Plain program output the per-line path reads (tracebacks, progress bars; an indented line
 # may be a frame's code line).
@@ -139,7 +139,7 @@ def readable(bare: pl.Series) -> pl.Series:
         bare,
         lambda sub: sub.str.contains(_READABLE_LITERALS),
         lambda sub: sub.str.contains(r"[\^~]"),
-        lambda sub: sub.str.contains(r"^(?:  |\d{4}-\d\d-\d\d)"),
+        lambda sub: sub.str.contains(r"^(?:  |[0-9]{4}-[0-9]{2}-[0-9]{2})"),
     )
     return both(
         maybe,
@@ -268,7 +268,7 @@ _BARE_HEADS = (
     "the current vLLM instance can use total_gpu_memory",
     "Initial free memory ",
     "Free memory on device",
-    r"(?:Engine \d+: |\d+ Engines: )?vllm cache_config_info",
+    r"(?:Engine [0-9]+: |[0-9]+ Engines: )?vllm cache_config_info",
     "Overriding num_gpu_blocks=",
     r"vLLM (?:API )?server version ",
     r"Initializing an? ",
@@ -309,13 +309,13 @@ _START_SHAPES = (
 )
 # Anywhere: a location (`:1]`, every header and location lead holds one), a date (every
 # foreign envelope's timestamp starts with one). Apart: as one alternation 4 ms a MB, 1.5 so.
-_LOCATION = r":\d+\]"
-_DATE = r"\d{4}-\d\d-\d\d"
+_LOCATION = r":[0-9]+\]"
+_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 # At the end: what may be the start of an envelope the next line completes (a vLLM header, a
 # foreign timestamp, a level word).
 _END_SHAPES = (
     rf"(?:[01][0-9 :-]{{0,14}}|{cat.TIMESTAMP}[^\]:\n]*(?::[^\]\n]*)?"
-    r"|[\d\[-]|[DIWECT][A-Z]{0,6})$"
+    r"|[0-9\[-]|[DIWECT][A-Z]{0,6})$"
 )
 
 

@@ -11,6 +11,7 @@ are found in steps, not by one pattern with lazy runs.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ _SGR = cat.ANSI_SGR_CORE
 _ANSI_SGR_RE = re.compile(rf"#033{_SGR}|\^\[{_SGR}|{_SGR}")  # cat.ANSI_SGR, literal first
 _ANSI_PROBE_RE = re.compile(_SGR)  # in every match of _ANSI_SGR_RE
 WRAPPER_RE = regex.compile(rf"^{cat.WRAPPER_TS}", FLAGS)
+WRAPPER_TIME_RE = regex.compile(cat.WRAPPER_TIME, FLAGS)
 TIMESTAMP_RE = regex.compile(cat.TIMESTAMP, FLAGS)
 # The header from its timestamp on (the level in front is checked by hand): searching the
 # whole header costs its optional level group at every character of a long line.
@@ -170,7 +172,7 @@ def _process_before(pre: str) -> tuple[str | None, int | None]:
         if tail is not None and _NO_PARENS_RE.match(pre, tail.end()) is not None:
             named = _process_name(pre, at)
             if named is not None:
-                return named[0].strip(), to_int(tail.group("pid"))
+                return named[0].strip(cat.SPACES), to_int(tail.group("pid"))
     at = pre.rfind("[rank")
     if at >= 0:
         rank = _RANK_RE.match(pre, at)
@@ -305,7 +307,7 @@ def envelope(text: str) -> tuple[Env, str]:
         proc = match.group("proc") or match.group("rank")
         return (
             Env(
-                process=proc.strip() if proc else None,
+                process=proc.strip(cat.SPACES) if proc else None,
                 pid=to_int(match.group("pid")),
                 level=match.group("level"),
                 wts=match.group("wts"),
@@ -345,16 +347,41 @@ def _process_only(text: str, begin: int, wts: str | None, wrapped: bool) -> tupl
 _JSON_MAX_OPEN = 512
 
 
+def _utf8(obj: object) -> bool:
+    """Whether a decoded JSON value holds no lone surrogate (`"\\ud807"`: json.loads takes
+    it, Polars' decoder takes no document that holds one, so the router reads such a line as
+    text; a message with one ended the parse when its rows were built)."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode()
+    except (UnicodeEncodeError, RecursionError, ValueError):
+        return False
+    return True
+
+
+def _finite(number: str) -> float:
+    """A JSON number as json.loads reads it, but none past a float's range (`1e999`: no JSON to
+    Polars' decoder, which the router reads such a line with)."""
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(number)
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(name)  # `NaN`, `Infinity`: JSON to json.loads only
+
+
 def json_line(text: str) -> tuple[Env, str] | None:
-    """docker json-file lines and vLLM's JSON formatter (v0.32+); None if not JSON."""
+    """docker json-file lines and vLLM's JSON formatter (v0.32+); None if not JSON (to
+    Polars' decoder either, which the router reads them with)."""
     if text.count("[") + text.count("{") > _JSON_MAX_OPEN:
         return None  # `[[[[...` thousands deep: no log record, and costly to refuse
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         # RecursionError: `[[[[...` thousands deep; such a line is not a log record.
         return None
-    if not isinstance(obj, dict):
+    if not isinstance(obj, dict) or ("\\u" in text and not _utf8(obj)):
         return None
     if isinstance(obj.get("log"), str):
         inner = clean(obj["log"].rstrip("\r\n"))
@@ -362,8 +389,12 @@ def json_line(text: str) -> tuple[Env, str] | None:
         env, message = nested if nested is not None else envelope(inner)
         if isinstance(obj.get("time"), str):
             # docker's time is the outer wrapper: it wins, as in `<time> <log>` (the form
-            # the router reads these lines in) the first wrapper does.
-            env.wts = obj["time"]
+            # the router reads these lines in) the first wrapper does. A time that is no
+            # container time (not ASCII digits, no time at all) gives none, and the router
+            # leaves such a line to this path (int() read `١2025` as the year 1202; `x2025`
+            # ended the parse).
+            time = obj["time"]
+            env.wts = time if WRAPPER_TIME_RE.fullmatch(time) is not None else None
         return env, message
     if isinstance(obj.get("message"), str) and ("levelname" in obj or "asctime" in obj):
         asctime = obj.get("asctime")

@@ -55,7 +55,7 @@ def split_glued(text: str) -> list[str]:
             break
         if found[0] == "scheduler_stats" and not stats_complete(found[1]):
             break
-        if head.strip():
+        if head.strip(cat.SPACES):
             segments.append(head)
         begin = cut
     segments.append(text[begin:])

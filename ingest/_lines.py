@@ -148,7 +148,7 @@ def parse_odd_lines(
                 out.unrecognized.append((line, raw.rstrip("\r\n"), NO_FORMAT))
             continue
         text, times = ray_repeat(clean(raw))
-        if not text.strip():
+        if not text.strip(cat.SPACES):  # blank as the router's `\s` reads it
             out.blank_lines += 1
             continue
         if times > cat.RAY_REPEAT_MAX:
@@ -173,7 +173,7 @@ def parse_odd_lines(
                 if next_line != line + consumed + 1:
                     break
                 follow = clean(next_raw)
-                if not follow.strip() or follow.startswith("{"):
+                if not follow.strip(cat.SPACES) or follow.startswith("{"):
                     break  # a JSON object (even a broken one) starts a line of its own
                 pending = (follow, envelope(follow))
                 if names_writer(pending[1][0]):
@@ -236,7 +236,7 @@ def may_continue(raw: str) -> bool:
     end after a line for which this is False, so they parse as one go does.
     """
     text = clean(raw)
-    if not text.strip():
+    if not text.strip(cat.SPACES):
         return False
     if open_ended(text):
         return True

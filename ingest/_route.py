@@ -47,7 +47,8 @@ _LONG_LINENO = r"[0-9]{19}\] "
 _STATS_VALID = (
     _HEADER_FITS
     + cat.STATS_RECORD_START
-    + r"[^\n]*Running: \d+ reqs[^\n]*(?:Waiting|Pending): \d+ reqs[^\n]*KV cache usage: [\d.]+%"
+    + r"[^\n]*Running: [0-9]+ reqs[^\n]*(?:Waiting|Pending): [0-9]+ reqs"
+    + r"[^\n]*KV cache usage: [0-9.]+%"
 )
 # A pid that may not fit in 64 bits (19 digits or more): the per-line path makes such a line
 # unrecognised with the reason (one bad line costs one line), the column-wise cast a null
@@ -103,19 +104,28 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     """docker's json-file lines (`{"log": "...\\n", "stream": ..., "time": ...}`) as
     `<time> <log>`, the form docker --timestamps prints, so they take the vectorised path.
 
-    Lines that do not decode (or carry no time) are left as they are for the per-line path.
+    Lines that do not decode (or carry no container time: the per-line path reads the log
+    alone then, and `x <log>` would be another text in front of it; or a log that is no
+    string) are left as they are for the per-line path.
     Only lines that may be JSON objects are decoded (a `{"log": [[[[...` line 5,000 deep cost
     its decoding twice).
     """
     index = _cues.json_objects(raw, raw.str.starts_with('{"log":')).arg_true()
     if index.len() == 0:
         return raw.rename("raw")
-    frame = pl.DataFrame({"raw": raw.gather(index)})
-    log = pl.col("raw").str.json_path_match("$.log").str.strip_chars_end("\r\n")
-    time = pl.col("raw").str.json_path_match("$.time")
+    # The log and the time decoded once each, as columns (an eager select decodes an
+    # expression again for each use).
+    frame = pl.DataFrame({"raw": raw.gather(index)}).with_columns(
+        pl.col("raw").str.json_path_match("$.log").str.strip_chars_end("\r\n").alias("log"),
+        pl.col("raw").str.json_path_match("$.time").alias("time"),
+    )
+    log, time = pl.col("log"), pl.col("time")
     unwrapped = pl.concat_str([time, pl.lit(" "), log])
+    container = time.str.contains(f"^{cat.WRAPPER_TIME}$")
+    # A string, as the per-line path needs it (json_path_match gives an array's JSON text).
+    text = pl.col("raw").str.contains(r'^\{"log": ?"')
     decoded = frame.select(
-        pl.when(unwrapped.is_not_null() & ~log.str.contains("\n", literal=True))
+        pl.when(container & text & ~log.str.contains("\n", literal=True))
         .then(unwrapped)
         .otherwise(pl.col("raw"))
     ).to_series()

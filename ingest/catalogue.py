@@ -21,6 +21,20 @@ from dataclasses import dataclass, field
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
+# Both engines read `\w`, `\d` and so `\b` by their own Unicode tables, which differ (the
+# `regex` module's are newer: 17,559 code points more are `\w` to it, ten more `\d`; the
+# set is in tests/ingest/test_engine_classes.py). vLLM and the loggers around it print their
+# numbers, names and levels in ASCII, so every pattern both paths read (and every per-line
+# pattern the router's cues stand for) has ASCII classes: `[0-9]` for a digit, and no `\b`
+# (the stats fields start at FIELD_START).
+# What `\s` is to both engines (Unicode White_Space), for Python's str methods, whose
+# whitespace also holds U+001C-U+001F (as `\s` does to stdlib `re`): where the router reads
+# `\s` or strips with Polars' `strip_chars()`, the per-line path strips these.
+SPACES = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
 # docker --timestamps / kubectl --timestamps / CRI (`<RFC3339> stdout F <line>`), and local
 # viewers that print the host's naive time in front (Docker Desktop: `2025-07-10 08:59:40 `,
 # or `2025-07-10T08:59:40 `). A naive wrapper gives the year only: its zone is the viewer's.
@@ -65,8 +79,10 @@ TIMESTAMP = no_groups(_HEADER_TIME)
 HEADER_CORE = no_groups(_HEADER_TIME + _HEADER_AT)
 # The location after the timestamp, `[file:line]` or `file:line]`.
 LOCATION = r"^\[?(?P<file>[^\] :]+):(?P<lineno>[0-9]+)\]"
-# A container timestamp at the start (the time of WRAPPER_TS), its one group the time.
-LEADING_WRAPPER_TS = "^(" + no_groups(WRAPPER_TS[: WRAPPER_TS.index(r"\s+")])[3:] + r"\s"
+# The time of WRAPPER_TS alone (what a docker json-file `time` must be to stand as one).
+WRAPPER_TIME = no_groups(WRAPPER_TS[: WRAPPER_TS.index(r"\s+")])
+# A container timestamp at the start, its one group the time.
+LEADING_WRAPPER_TS = "^(" + WRAPPER_TIME[3:] + r"\s"
 # Uvicorn's level prefix (`INFO:     `).
 UVICORN_LEVEL = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
 # The whole envelope in front of a vLLM-formatted message: optional container timestamp,
@@ -87,16 +103,16 @@ ENVELOPE = (
 ELIDED_ENVELOPE = (
     rf"^(?:{WRAPPER_TS})?(?:{COMPOSE})?(?:{PROCESS}|{RANK})?{TAG}"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"(?:(?:(?:[01]\d-[0-3]\d )?(?:\.\.\.|…|\[\.\.\.\])"
-    r"|(?P<hms>[0-2]\d:[0-5]\d:[0-6]\d)(?:[.,]\d+)?) "
-    r"(?:\[?(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?)?"
-    r"|\[(?P<file>[^\]\s:]+):(?P<lineno>\d+)\] ?)"
+    r"(?:(?:(?:[01][0-9]-[0-3][0-9] )?(?:\.\.\.|…|\[\.\.\.\])"
+    r"|(?P<hms>[0-2][0-9]:[0-5][0-9]:[0-6][0-9])(?:[.,][0-9]+)?) "
+    r"(?:\[?(?P<file>[^\]\s:]+):(?P<lineno>[0-9]+)\] ?)?"
+    r"|\[(?P<file>[^\]\s:]+):(?P<lineno>[0-9]+)\] ?)"
 )
 # journald / syslog in front of a line (`авг 18 14:14:59 llm python3[28148]: `): the month in
 # the host's locale, host, identifier and pid. A vLLM header behind it is read as usual; a line
 # with none (a print) is that process's output.
 SYSLOG = (
-    r"^[^\W\d_]{3,9}\.? {1,2}[0-3]?\d [0-2]\d:[0-5]\d:[0-6]\d [^\s\[\]]+ "
+    r"^[^\W\d_]{3,9}\.? {1,2}[0-3]?[0-9] [0-2][0-9]:[0-5][0-9]:[0-6][0-9] [^\s\[\]]+ "
     r"(?P<proc>[^\s\[\]:]+)\[(?P<pid>[0-9]+)\]: "
 )
 # Uvicorn: `INFO:     172.18.0.1:59468 - "POST /v1/chat/completions HTTP/1.1" 200 OK`.
@@ -128,11 +144,16 @@ class Envelope:
     note: str = ""
 
 
+# The foreign formats' times, in ASCII digits as Python's logging and Rust's tracing print them
+# (`\d` is a few scripts' more to one engine, and the router's cues for these lines are ASCII).
+_DATE = "[0-9]{4}-[0-9]{2}-[0-9]{2}"
+_TIME = "[0-9]{2}:[0-9]{2}:[0-9]{2}"
 FOREIGN_ENVELOPES: tuple[Envelope, ...] = (
     Envelope(
         "python_dash",
-        r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?) - (?:(?P<logger>[\w.]+) - )?"
-        r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - (?:(?P<file>[\w./-]+):(?P<lineno>\d+) - )?"
+        rf"(?P<ts>{_DATE} {_TIME}(?:,[0-9]+)?) - (?:(?P<logger>[\w.]+) - )?"
+        r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+        r"(?:(?P<file>[\w./-]+):(?P<lineno>[0-9]+) - )?"
         r"(?P<msg>.*)",
         "(Worker_TP0 pid=128) 2026-07-04 17:55:05,895 - INFO - autotuner.py:641 - flashinfer.jit: "
         "[Autotuner]: Autotuning process ends",
@@ -140,14 +161,14 @@ FOREIGN_ENVELOPES: tuple[Envelope, ...] = (
     ),
     Envelope(
         "bracket_asctime",
-        r"\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?)\] (?:(?P<logger>[\w.]+) )?"
+        rf"\[(?P<ts>{_DATE} {_TIME}(?:,[0-9]+)?)\] (?:(?P<logger>[\w.]+) )?"
         r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):? (?P<msg>.*)",
         "(EngineCore_0 pid=3945189) [2025-08-21 07:17:09,753] LMCache INFO: Reqid: cmpl-e59-0",
         "LMCache and similar `[%(asctime)s] name LEVEL:` formats",
     ),
     Envelope(
         "rust_tracing",
-        r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)\s+"
+        rf"(?P<ts>{_DATE}T{_TIME}(?:\.[0-9]+)?Z)\s+"
         r"(?P<level>TRACE|DEBUG|INFO|WARN|ERROR) (?P<logger>[\w:]+): (?P<msg>.*)",
         "2025-11-04T12:26:52.371053Z  INFO _core::llm::block_manager::vllm::connector::leader::"
         "slot: request set to finish: cached_gpu_tokens: 0",
@@ -212,7 +233,7 @@ STATS_ROWS: tuple[LineFormat, ...] = (
         "v0_stats",
         "scheduler_stats",
         "Avg prompt throughput: ",
-        r"Avg prompt throughput: [\d.]+ tokens/s, [^\n]*?Pending: \d+ reqs",
+        r"Avg prompt throughput: [0-9.]+ tokens/s, [^\n]*?Pending: [0-9]+ reqs",
         "v0.1.3 – v0.10.2 (V0; DEBUG when idle from v0.6.5; trailing '.' from v0.4.3)",
         "INFO 01-23 06:33:37 metrics.py:396] Avg prompt throughput: 0.0 tokens/s, Avg generation"
         " throughput: 16.7 tokens/s, Running: 16 reqs, Swapped: 0 reqs, Pending: 0 reqs,"
@@ -224,8 +245,8 @@ STATS_ROWS: tuple[LineFormat, ...] = (
         "v1_stats",
         "scheduler_stats",
         "Avg prompt throughput: ",
-        r"(?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput: [\d.]+ tokens/s,"
-        r" [^\n]*?Waiting: \d+ reqs",
+        r"(?:Engine [0-9]+: |[0-9]+ Engines Aggregated: )?Avg prompt throughput: [0-9.]+ tokens/s,"
+        r" [^\n]*?Waiting: [0-9]+ reqs",
         "v0.7.1 – v0.33.0 (V1; `Engine NNN: ` from v0.8.3; fields assembled at run time v0.11.1+)",
         "(APIServer pid=3646) INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt"
         " throughput:"
@@ -237,7 +258,8 @@ STATS_ROWS: tuple[LineFormat, ...] = (
         "v0_1_stats",
         "scheduler_stats",
         "Throughput: ",
-        r"Throughput: [\d.]+ tokens/s, Running: \d+ reqs, Swapped: \d+ reqs, Pending: \d+ reqs",
+        r"Throughput: [0-9.]+ tokens/s, Running: [0-9]+ reqs, Swapped: [0-9]+ reqs,"
+        r" Pending: [0-9]+ reqs",
         "v0.1.0 – v0.1.2 (scheduler.py)",
         "INFO 06-20 10:00:00 scheduler.py:210] Throughput: 312.5 tokens/s, Running: 8 reqs,"
         " Swapped: 0 reqs, Pending: 2 reqs, GPU KV cache usage: 41.2%, CPU KV cache usage: 0.0%",
@@ -247,26 +269,33 @@ STATS_ROWS: tuple[LineFormat, ...] = (
 
 # The fields of a stats record, each found on its own so unknown fields never break a record.
 # (column, pattern with one group). Order matters for `extra`: everything not matched is kept.
+# Numbers in ASCII digits, as vLLM prints them: another script's digits are no field to either
+# engine (their text stays in `extra`).
+# Where a field without a literal of its own starts: at the message's start or after a blank
+# or a comma, as vLLM separates them (`\b` was a word boundary by each engine's own `\w`).
+# Consumed (Rust regex has no lookbehind). In front of a run that may open anywhere, so a
+# search starts it once per run, not at every character of it (linear time in the `regex`
+# module too); a small class, which Rust regex's literal search skips to ` KV cache usage: `
+# past (a class of all but `[A-Za-z0-9_]` read every byte: 2 ms a MB a field).
+FIELD_START = r"(?:^|[\s,])"
 STATS_FIELDS: tuple[tuple[str, str], ...] = (
-    ("engine", r"Engine (\d+): "),
-    # `\b` in front of a run that may open anywhere: a search starts it once per run, not at
-    # every character of it (linear time in the `regex` module too).
-    ("engines_aggregated", r"\b(\d+) Engines Aggregated: "),
-    ("prompt_throughput", r"Avg prompt throughput: ([\d.]+) tokens/s"),
-    ("generation_throughput", r"Avg generation throughput: ([\d.]+) tokens/s"),
-    ("throughput_v01", r"^Throughput: ([\d.]+) tokens/s"),
-    ("running", r"Running: (\d+) reqs"),
-    ("waiting", r"(?:Waiting|Pending): (\d+) reqs"),
-    ("pending_marker", r"(Pending): \d+ reqs"),
-    ("swapped", r"Swapped: (\d+) reqs"),
-    ("deferred", r"Deferred: (\d+) reqs"),
-    ("preemptions", r"Preemptions: (\d+)"),
-    ("kv_device", r"\b([A-Z][A-Za-z]*(?: \+ host)?) KV cache usage: [\d.]+%"),
-    ("gpu_kv_cache_usage", r"\b[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: ([\d.]+)%"),
-    ("cpu_kv_cache_usage", r"%,? CPU KV cache usage: ([\d.]+)%"),
-    ("prefix_cache_hit_rate", r"Prefix cache hit rate: ([\d.]+)%"),
-    ("external_prefix_cache_hit_rate", r"External prefix cache hit rate: ([\d.]+)%"),
-    ("mm_cache_hit_rate", r"MM cache hit rate: ([\d.]+)%"),
+    ("engine", r"Engine ([0-9]+): "),
+    ("engines_aggregated", FIELD_START + r"([0-9]+) Engines Aggregated: "),
+    ("prompt_throughput", r"Avg prompt throughput: ([0-9.]+) tokens/s"),
+    ("generation_throughput", r"Avg generation throughput: ([0-9.]+) tokens/s"),
+    ("throughput_v01", r"^Throughput: ([0-9.]+) tokens/s"),
+    ("running", r"Running: ([0-9]+) reqs"),
+    ("waiting", r"(?:Waiting|Pending): ([0-9]+) reqs"),
+    ("pending_marker", r"(Pending): [0-9]+ reqs"),
+    ("swapped", r"Swapped: ([0-9]+) reqs"),
+    ("deferred", r"Deferred: ([0-9]+) reqs"),
+    ("preemptions", r"Preemptions: ([0-9]+)"),
+    ("kv_device", FIELD_START + r"([A-Z][A-Za-z]*(?: \+ host)?) KV cache usage: [0-9.]+%"),
+    ("gpu_kv_cache_usage", FIELD_START + r"[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: ([0-9.]+)%"),
+    ("cpu_kv_cache_usage", r"%,? CPU KV cache usage: ([0-9.]+)%"),
+    ("prefix_cache_hit_rate", r"Prefix cache hit rate: ([0-9.]+)%"),
+    ("external_prefix_cache_hit_rate", r"External prefix cache hit rate: ([0-9.]+)%"),
+    ("mm_cache_hit_rate", r"MM cache hit rate: ([0-9.]+)%"),
 )
 # The numeric stats columns, by type: a field whose text does not fit makes its line
 # unrecognised (both the column-wise and the per-line path check these).
@@ -281,14 +310,16 @@ STATS_FLOAT_FIELDS = (
     "external_prefix_cache_hit_rate",
     "mm_cache_hit_rate",
 )
-# Whole known fields, removed to leave the unknown ones as `extra`.
+# Whole known fields, removed to leave the unknown ones as `extra`. The blank or comma a
+# FIELD_START takes goes with its field (the clean-up of `extra` removes it anyway).
 STATS_KNOWN_FIELDS = (
-    r"Engine \d+: |\b\d+ Engines Aggregated: |Avg (?:prompt|generation) throughput: [\d.]+ tokens/s"
-    r"|^Throughput: [\d.]+ tokens/s|(?:Running|Waiting|Pending|Swapped|Deferred): \d+ reqs"
-    r"|Preemptions: \d+|\b[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: [\d.]+%"
-    r"|(?:External p|P)refix cache hit rate: [\d.]+%|MM cache hit rate: [\d.]+%"
+    rf"Engine [0-9]+: |{FIELD_START}[0-9]+ Engines Aggregated: "
+    r"|Avg (?:prompt|generation) throughput: [0-9.]+ tokens/s"
+    r"|^Throughput: [0-9.]+ tokens/s|(?:Running|Waiting|Pending|Swapped|Deferred): [0-9]+ reqs"
+    rf"|Preemptions: [0-9]+|{FIELD_START}[A-Z][A-Za-z]*(?: \+ host)? KV cache usage: [0-9.]+%"
+    r"|(?:External p|P)refix cache hit rate: [0-9.]+%|MM cache hit rate: [0-9.]+%"
 )
-STATS_RECORD_START = r"(?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput: "
+STATS_RECORD_START = r"(?:Engine [0-9]+: |[0-9]+ Engines Aggregated: )?Avg prompt throughput: "
 
 KV_ROWS: tuple[LineFormat, ...] = (
     LineFormat(
@@ -437,7 +468,7 @@ KV_ROWS: tuple[LineFormat, ...] = (
         "cache_config_info",
         "kv_capacity",
         "num_gpu_blocks is: ",
-        r"(?:Engine \d+: |\d+ Engines: )?vllm cache_config_info with initialization after"
+        r"(?:Engine [0-9]+: |[0-9]+ Engines: )?vllm cache_config_info with initialization after"
         r" num_gpu_blocks is: (?P<gpu>\d+)",
         "v0.9.0 – v0.33.0 (`Engine NNN: ` prefix v0.9.1+, DEBUG per engine v0.11.1+)",
         "INFO 06-22 02:55:02 [loggers.py:137] Engine 000: vllm cache_config_info with"

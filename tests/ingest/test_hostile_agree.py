@@ -371,3 +371,62 @@ def test_a_number_past_64_bits_costs_its_line_alone(tmp_path: Path, keep: frozen
 @example(KNOWN[0])
 def test_routed_and_per_line_agree_on_mixtures(lines: list[str]) -> None:
     _assert_agree(lines)
+
+
+# Lines the two engines read apart (tests/ingest/test_engine_classes.py): a digit or a word
+# character of one engine's Unicode tables only (U+11DE0 is `\d`, U+0558 `\w` to the `regex`
+# module alone) in a stats number, before a KV device or `N Engines Aggregated`, in a bare
+# lead's line number, an engine index or a foreign time the router's ASCII cues passed by; a
+# U+001C-U+001F that Python's str.strip() takes for whitespace and `\s` does not (a blank
+# line, the commas of a stats `extra`, a process name); a docker json-file time that is no
+# wrapper's (int() read `١2025` as the year 1202; `x2025` ended the parse; the router read it
+# in front of a process prefix that lost its `(`).
+ENGINE_CLASSES = [
+    [_STATS + ", Prefix cache hit rate: \U00011de0.0%"],
+    [_STATS + ", Preemptions: \U00011de0"],
+    [_STATS.replace(", GPU KV", ", \u0558GPU KV")],
+    [_STATS.replace("GPU KV", "G\u0558PU KV")],
+    [_STATS + ", \u05582 Engines Aggregated: x"],
+    ["[a.py:\U00011de0] # GPU blocks: 5, # CPU blocks: 7."],
+    [
+        "\u258e Engine \U00011de0: vllm cache_config_info with initialization after num_gpu_blocks"
+        " is: 5, x"
+    ],
+    [
+        "[x] GPU blocks: none, here a date and more text to make it long enough"
+        " 2025-01-1\U00011de0",
+        " 14:00:00,123 - vllm - INFO - # GPU blocks: 5",
+    ],
+    ["\x1c"],
+    [_STATS + ", Foo: 1\x1c, Bar: 2"],
+    ["(APIServer\x1c pid=1) " + _STATS],
+    [
+        json.dumps(
+            {"log": "INFO 01-15 14:00:00 [a.py:1] hi\n", "time": "\u06612025-01-15T14:00:00Z"}
+        )
+    ],
+    [
+        json.dumps(
+            {"log": "INFO 01-15 14:00:00 [a.py:1] # GPU blocks: 5\n", "time": "x2025-01-15T14:00Z"}
+        )
+    ],
+    [json.dumps({"log": "APIServer pid=1) " + _STATS + "\n", "time": "x2025-01-15T14:00:00Z"})],
+    # A lone surrogate escape: JSON to Python's json, not to Polars' decoder (a message that
+    # held one ended the parse per line, and also routed: its kind literal sent it there).
+    [
+        '{"asctime": "2025-01-15 14:00:00", "levelname": "INFO", "name": "vllm", "message":'
+        ' "Received request x\\ud807: prompt: \'a\'", "process": 1, "processName": "APIServer"}'
+    ],
+    ['{"log": "INFO 01-15 14:00:00 [a.py:1] he\\ud807llo\\n", "time": "2025-01-15T14:00:00Z"}'],
+    # A json-file log that is no string: Polars' json_path_match gives the array's JSON text.
+    ['{"log": ["INFO 01-15 14:00:00 [a.py:1] hi"], "time": "2025-01-15T14:00:00Z"}'],
+    # Numbers that json.loads takes and Polars' decoder does not (the line is text to both).
+    ['{"log": "INFO 01-15 14:00:00 [a.py:1] hi\\n", "time": "2025-01-15T14:00:00Z", "x": NaN}'],
+    ['{"log": "INFO 01-15 14:00:00 [a.py:1] hi\\n", "time": "2025-01-15T14:00:00Z", "x": 1e999}'],
+    [
+        json.dumps(
+            {"log": "APIServer pid=1) " + _STATS + "\n", "time": "\U00011de02025-01-15T14:00Z"}
+        )
+    ],
+]
+KNOWN += ENGINE_CLASSES
