@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 from preemptscope.analysis.report import LatencyMetric, LatencyStats
+from preemptscope.ingest.schema import has_number
 
 __all__ = [
     "HISTOGRAM_METRICS",
@@ -74,8 +75,7 @@ def usable_samples(metrics: pl.DataFrame | None) -> pl.DataFrame | None:
     ingest/metrics.snapshot_notes). The analysis and the replay read only these."""
     if metrics is None:
         return None
-    value = pl.col("value")
-    kept = metrics.filter(value.is_finite() & (value.abs() < 2.0**63))
+    kept = metrics.filter(has_number())
     return kept if kept.height else None
 
 

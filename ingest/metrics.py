@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-from preemptscope.ingest.schema import METRIC_SAMPLES
+from preemptscope.ingest.schema import METRIC_SAMPLES, has_number
 from prometheus_client.parser import text_string_to_metric_families
 
 from preemptscope.errors import InputError, ScrapeError
@@ -382,8 +382,7 @@ def snapshot_notes(frame: pl.DataFrame) -> list[str]:
         pl.col("raw_name").str.starts_with("vllm:") | pl.col("raw_name").str.starts_with("ray_vllm")
     )
     if vllm.height:
-        value = pl.col("value")
-        unread = vllm.filter(~value.is_finite() | (value.abs() >= 2.0**63)).height
+        unread = vllm.filter(~has_number()).height
         if unread:
             return [f"{unread} vLLM sample(s) NaN, infinite or past 64 bits: not used (no number)"]
         return []

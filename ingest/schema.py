@@ -147,6 +147,15 @@ METRIC_SAMPLES = pl.Schema(
     }
 )
 
+
+def has_number() -> pl.Expr:
+    """Where a METRIC_SAMPLES value is a number to analyse: not NaN, not infinite, within 64
+    bits (the samples analysis.latency.usable_samples keeps; ingest/metrics.snapshot_notes
+    counts the others)."""
+    value = pl.col("value")
+    return value.is_finite() & (value.abs() < 2.0**63)
+
+
 # Per-request latencies from client results or log lifecycle lines (ingest/bench.py).
 REQUEST_LATENCIES = pl.Schema(
     {
