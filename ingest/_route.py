@@ -148,19 +148,21 @@ _ACCESS_FAST = "(?s)" + ".*".join(re.escape(x) for x in (_ACCESS_LEVEL, _ACCESS_
 # status); no pid past 64 bits.
 # One DFA pass (~200 ns a line) on the lines with uvicorn's access literals in order, in
 # place of the literal scans and finds the other shapes take.
-_ACCESS_CANON = (
+_LINE_OPENING = (  # docker's time and a process prefix, at most
     r"^(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z )?"
     r"(?:\([A-Za-z_][A-Za-z0-9_]{0,60} pid=[0-9]{1,18}\) )?"
-    r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?\n?$'
+)
+_ACCESS_CANON = (
+    _LINE_OPENING
+    + r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?\n?$'
 )
 _CLAIM, _CASCADE, _PER_LINE = 0, 1, 2
 # One of uvicorn's level words with its colon before a vLLM header.
 _LEVEL_THEN_HEADER = cat.UVICORN_LEVEL + ".*" + cat.HEADER_CORE
-# uvicorn's level opening the line, behind docker's time and a process prefix at most (as in
-# _ACCESS_CANON): no envelope can start before it.
-_UVICORN_FIRST = _ACCESS_CANON[: _ACCESS_CANON.index("INFO: +")] + cat.UVICORN_LEVEL + " "
+# uvicorn's level opening the line: no envelope can start before it.
+_UVICORN_FIRST = _LINE_OPENING + cat.UVICORN_LEVEL + " "
 # The access logger's `INFO:` opening the line: the `INFO:` `_access_frame` reads after.
-_ACCESS_FIRST = _ACCESS_CANON[: _ACCESS_CANON.index("INFO: +")] + _ACCESS_LEVEL + " "
+_ACCESS_FIRST = _LINE_OPENING + _ACCESS_LEVEL + " "
 # Every level word a foreign envelope or uvicorn's may hold: with one alone (the access
 # logger's), no envelope but uvicorn's can be read in the line but `[time] INFO: `.
 _LEVEL_WORDS = "DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
