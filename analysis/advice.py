@@ -1,15 +1,18 @@
-"""Ranked advice with numbers derived from the data and checked by simulation.
+"""Advice: every knob explored in both directions, the replay decides what is shown.
 
-vLLM's optimization guide, for preemption: (1) increase gpu_memory_utilization, (2) decrease
-max_num_seqs or max_num_batched_tokens, (3) increase tensor_parallel_size, then
-pipeline_parallel_size. Each suggestion only ever moves a flag in that direction (never the
-inverted advice some runbooks give), and is left out when the data shows it cannot help.
+For each of vLLM's knobs (max_num_seqs and max_num_batched_tokens up and down,
+gpu_memory_utilization, tensor and pipeline parallelism, replicas) a few candidate values in
+both directions are replayed on the observed workload (analysis/sim/observed.py). A change is
+shown when the replay says it helps: better e2e p99 or output tok/s without the other getting
+worse, or fewer preemptions with both unchanged. Shown changes are ranked changes on the same
+GPUs first, then those that buy GPUs; within each, by predicted e2e p99, then tok/s; vLLM's
+documented order (for preemption: raise gpu_memory_utilization, lower max_num_seqs /
+max_num_batched_tokens, then tensor, then pipeline parallelism) only breaks ties.
 
-Every numeric suggestion is then replayed on the observed workload (analysis/sim/observed.py)
-with a few candidate values: the one with the best predicted e2e p99 (then throughput) is
-shown with its predicted effect; a setting predicted worse than now on both p99 and throughput,
-or no better on anything, is dropped; the checked suggestions are ranked by predicted p99.
-Without a replayable workload the heuristic number stays, marked unverified.
+A suggestion is "verified" only where the replay of the current settings reproduces what was
+observed (analysis/sim/fidelity.py, the one rule); otherwise it says how far off the replay of
+now is. Without a replayable workload, the data's own sizing in the direction of the binding
+limit is shown, marked unverified.
 """
 
 from __future__ import annotations
@@ -17,16 +20,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from preemptscope.analysis import kvmodel
 from preemptscope.analysis.correlation import preemption_signal, run_duration_s, runs
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Advice, Capacity, Verdict, Window
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import engine_key
+from preemptscope.analysis.sim.fidelity import Fidelity, fidelity
 from preemptscope.analysis.sim.observed import Replay, candidate_config, check_changes
 from preemptscope.analysis.sim.whatif import WhatIfOutcome, relabel
+from preemptscope.analysis.sim.workload import Workload
+from preemptscope.analysis.windows import LIMIT_BUDGET, LIMIT_KV, LIMIT_SEQS
 
 from preemptscope.errors import ConfigError
 
@@ -53,123 +61,295 @@ def onset_running(windows: Sequence[Window]) -> int | None:
 ReplayFactory = Callable[[], Replay | None]
 
 
+@dataclass(frozen=True)
+class AdvicePlan:
+    """The ranked advice, and what the replay says relieving each binding limit would do."""
+
+    items: list[Advice]
+    # Binding limit -> predicted e2e p99 (s) with that limit doubled (None: not replayed).
+    relief: dict[str, float | None] = field(default_factory=dict)
+    check: Fidelity | None = None  # the replay of now against what was observed
+
+
+@dataclass(frozen=True)
+class Knob:
+    action: str
+    flag: str | None
+    key: str  # the simulator's name ("replicas": the workload is split)
+    buys_gpus: bool
+    why: str
+
+
+# vLLM's documented order first (its remedies for preemption), then the opposite directions.
+KNOBS = (
+    Knob("raise_gpu_memory_utilization", "--gpu-memory-utilization", "gpu_memory_utilization",
+         False, "More memory for the KV cache (vLLM's first remedy for preemption)."),
+    Knob("lower_max_num_seqs", "--max-num-seqs", "max_num_seqs", False,
+         "Fewer requests at once, so running requests keep their KV blocks."),
+    Knob("lower_max_num_batched_tokens", "--max-num-batched-tokens", "max_num_batched_tokens",
+         False, "A smaller token budget per step admits new prompts more slowly."),
+    Knob("raise_max_num_seqs", "--max-num-seqs", "max_num_seqs", False,
+         "More request slots: requests queue behind a full batch while KV has room."),
+    Knob("raise_max_num_batched_tokens", "--max-num-batched-tokens", "max_num_batched_tokens",
+         False, "A bigger token budget per step: prefills wait for room in each step."),
+    Knob("lower_gpu_memory_utilization", "--gpu-memory-utilization", "gpu_memory_utilization",
+         False, "Less memory for the KV cache."),
+    Knob("lower_tensor_parallel_size", "--tensor-parallel-size", "tensor_parallel_size",
+         False, "Fewer GPUs per replica."),
+    Knob("lower_pipeline_parallel_size", "--pipeline-parallel-size", "pipeline_parallel_size",
+         False, "Fewer pipeline stages."),
+    Knob("raise_tensor_parallel_size", "--tensor-parallel-size", "tensor_parallel_size", True,
+         "Shard the model over more GPUs: each holds less of the weights and of every "
+         "token's KV, and steps are faster."),
+    Knob("raise_pipeline_parallel_size", "--pipeline-parallel-size", "pipeline_parallel_size",
+         True, "When tensor parallelism is not possible (interconnect, head count): split the "
+               "layers over more GPUs, at some per-step latency."),
+    Knob("add_replicas", None, "replicas", True,
+         "More replicas behind the load balancer, each serving its share of the requests."),
+)  # fmt: skip
+ORDER = {k.action: i for i, k in enumerate(KNOBS)}
+BY_ACTION = {k.action: k for k in KNOBS}
+# Within this relative margin a predicted figure counts as unchanged (the replay's own noise).
+SAME = 0.02
+NO_REPLAY = (
+    " Unverified: no workload could be replayed (no client results with token counts and no "
+    "request lines or stats lines), so the simulator has not checked this number."
+)
+
+
 def advise(
     verdict: Verdict,
     capacity: Capacity,
     windows: Sequence[Window],
     params: AnalysisParams | None = None,
     replay: ReplayFactory | None = None,
-) -> list[Advice]:
-    """Ranked remedies for a deployment that is over capacity or at risk; none otherwise.
+) -> AdvicePlan:
+    """Ranked changes for a deployment that is over capacity or at risk; none otherwise.
 
-    `replay` builds the observed workload's replay (only called when there is advice to check).
+    `replay` builds the observed workload's replay (only called when there is advice to find).
     """
     if verdict.state not in ("over_capacity", "at_risk"):
-        return []
-    items = _heuristics(verdict, capacity, windows, params)
-    built = replay() if replay is not None and any(a.flag for a in items) else None
-    return _check(items, built, capacity)
-
-
-def _heuristics(
-    verdict: Verdict,
-    capacity: Capacity,
-    windows: Sequence[Window],
-    params: AnalysisParams | None,
-) -> list[Advice]:
+        return AdvicePlan([])
     p = params if params is not None else AnalysisParams()
-    items: list[Advice] = []
-    if verdict.problem == "throughput":
-        # KV has room: the preemption remedies (less memory per request) would only cut
-        # throughput further. More requests per batch if KV allows, else more replicas.
-        for advice in (_raise_max_num_seqs(capacity, windows, p), _add_replicas(windows, p)):
-            if advice is not None:
-                items.append(advice)
-        return items
-    if verdict.problem == "ordering":
-        items.append(
-            Advice(
-                0,
-                "review_request_priorities",
-                None,
-                "priority",
-                None,
-                "Preemption under the priority policy evicts low-priority requests for "
-                "high-priority ones while KV is not persistently full: the tail of the victims "
-                "grows more than the mean. Check which clients send which priorities before "
-                "buying capacity.",
-            )
-        )
-    for make in (_gpu_memory, _max_num_seqs, _max_num_batched_tokens):
-        advice = make(capacity, windows)
-        if advice is not None:
-            items.append(advice)
-    items += [_more_gpus(capacity, "tensor"), _more_gpus(capacity, "pipeline")]
-    return items
-
-
-# --- the check by simulation -------------------------------------------------------------
-
-# The flag each numeric action changes, as the simulator spells it.
-SIM_KEYS = {
-    "raise_gpu_memory_utilization": "gpu_memory_utilization",
-    "lower_max_num_seqs": "max_num_seqs",
-    "raise_max_num_seqs": "max_num_seqs",
-    "lower_max_num_batched_tokens": "max_num_batched_tokens",
-    "raise_tensor_parallel_size": "tensor_parallel_size",
-    "raise_pipeline_parallel_size": "pipeline_parallel_size",
-}
-MORE_GPUS = ("raise_tensor_parallel_size", "raise_pipeline_parallel_size")
-# Within this relative margin a predicted figure counts as unchanged (the replay's own noise).
-SAME = 0.02
-UNVERIFIED = (
-    " Unverified: no workload could be replayed (no client results with token counts and no "
-    "request lines or stats lines), so the simulator has not checked this number."
-)
-
-
-def _number(text: str | None) -> float | None:
-    if text is None:
-        return None
+    head = _priorities(verdict)
+    built = replay() if replay is not None else None
+    if built is None or not built.replayable:
+        return AdvicePlan(_rank(head + _fallback(verdict, capacity, windows, p)))
     try:
-        return float(text.split()[0])
-    except (ValueError, IndexError):
-        return None
+        now = built.run()
+    except ConfigError:
+        return AdvicePlan(_rank(head + _fallback(verdict, capacity, windows, p)))
+    check = fidelity(built.observed, now)
+    explorer = _Explorer(built, now)
+    found: list[tuple[tuple[Any, ...], Advice]] = []
+    hints = _hints(verdict, capacity, windows, p)
+    for knob in KNOBS:
+        best: tuple[tuple[Any, ...], Any, WhatIfOutcome] | None = None
+        for value in _candidates(knob, built, hints):
+            new = explorer.outcome(knob.key, value)
+            if new is None or not helps(now, new):
+                continue
+            score = (_sig(new.e2e_p99), -_sig(new.output_throughput), ORDER[knob.action])
+            if best is None or score < best[0]:
+                best = (score, value, new)
+        if best is None:
+            continue
+        score, value, new = best
+        shown = _advice(knob, value, new, now, built, capacity, verdict, check)
+        found.append(((knob.buys_gpus, *score), shown))
+    found.sort(key=lambda t: t[0])
+    chosen = [a for _, a in found]
+    if not check.verified:
+        # A replay that misses what happened cannot decide alone: the data's own sizing for
+        # the binding limit comes first, then what the replay adds; all unverified.
+        sized = _fallback(verdict, capacity, windows, p, caveat=" " + _label(check) + ".")
+        taken = {a.action for a in sized}
+        chosen = sized + [a for a in chosen if a.action not in taken]
+    relief = {
+        name: explorer.relief(name)
+        for name in [verdict.limit, *(verdict.limit_detail.also if verdict.limit_detail else [])]
+        if name in (LIMIT_KV, LIMIT_SEQS, LIMIT_BUDGET)
+    }
+    return AdvicePlan(_rank(head + chosen), relief, check)
 
 
-def _candidates(action: str, advice: Advice, replay: Replay, capacity: Capacity) -> list[Any]:
-    """The heuristic's value and a few alternatives in the same direction."""
-    config = replay.config
-    suggested = _number(advice.suggested)
-    if action == "raise_gpu_memory_utilization":
-        current = config.gpu_memory_utilization
-        values = {round(min(MAX_SUGGESTED_UTILIZATION, current + d), 2) for d in (0.03, 0.1)}
-        if suggested is not None:
-            values.add(round(suggested, 2))
-        return sorted(v for v in values if v > current)
-    if action in ("lower_max_num_seqs", "raise_max_num_seqs"):
-        current = config.max_num_seqs
-        peak = capacity.peak_running or current
-        if action == "lower_max_num_seqs":
-            pool = {round(min(current, peak) * f) for f in (0.5, 0.8)}
-            keep = [
-                v for v in pool | ({int(suggested)} if suggested else set()) if 1 <= v < current
-            ]
+def _label(check: Fidelity) -> str:
+    """'Verified: ...' / 'Unverified: the replay of now is off by ...' (fidelity's words)."""
+    text = check.describe()
+    return text[0].upper() + text[1:]
+
+
+def helps(now: WhatIfOutcome, new: WhatIfOutcome) -> bool:
+    """Better e2e p99 or tok/s without the other worse, or fewer preemptions, both unchanged."""
+    tput = _change(new.output_throughput, now.output_throughput) or 0.0
+    p99 = _change(new.e2e_p99, now.e2e_p99) or 0.0
+    if p99 < -SAME and tput >= -SAME:
+        return True
+    if tput > SAME and p99 <= SAME:
+        return True
+    return abs(p99) <= SAME and abs(tput) <= SAME and new.preemptions < now.preemptions
+
+
+def _sig(value: float | None) -> float:
+    """Three significant digits: a difference below that is a tie for vLLM's order to break."""
+    if value is None or not math.isfinite(value):
+        return math.inf
+    return float(f"{value:.3g}")
+
+
+def _rank(items: list[Advice]) -> list[Advice]:
+    return [dataclasses.replace(a, rank=i + 1) for i, a in enumerate(items)]
+
+
+def _priorities(verdict: Verdict) -> list[Advice]:
+    if verdict.problem != "ordering":
+        return []
+    return [
+        Advice(
+            0,
+            "review_request_priorities",
+            None,
+            "priority",
+            None,
+            "Preemption under the priority policy evicts low-priority requests for "
+            "high-priority ones while KV is not persistently full: the tail of the victims "
+            "grows more than the mean. Check which clients send which priorities before "
+            "buying capacity.",
+        )
+    ]
+
+
+class _Explorer:
+    """Replays of changed settings, without simulating a run already known to be identical."""
+
+    def __init__(self, replay: Replay, now: WhatIfOutcome) -> None:
+        self.replay = replay
+        self.now = now
+        self.runs: dict[tuple[Any, ...], WhatIfOutcome] = {engine_key(replay.config): now}
+
+    def outcome(self, key: str, value: Any) -> WhatIfOutcome | None:
+        try:
+            if key == "replicas":
+                return self._replicas(int(value))
+            changes = {key: value}
+            check_changes(self.replay, changes)
+            return _replayed(self.replay, changes, self.now, self.runs)
+        except ConfigError:
+            return None
+
+    def _replicas(self, n: int) -> WhatIfOutcome:
+        """One of n replicas behind round-robin: every n-th request, n x its throughput."""
+        wl = self.replay.workload
+        assert wl is not None
+        share = split_workload(wl, n)
+        one = dataclasses.replace(self.replay, workload=share).run()
+        return dataclasses.replace(
+            one,
+            requests=one.requests * n,
+            finished=one.finished * n,
+            preemptions=one.preemptions * n,
+            output_throughput=one.output_throughput * n,
+            request_throughput=one.request_throughput * n,
+        )
+
+    def relief(self, limit: str) -> float | None:
+        """Predicted e2e p99 with the limit doubled: its relief, for settle_limit."""
+        config = self.replay.config
+        changes: dict[str, Any]
+        if limit == LIMIT_SEQS:
+            seqs = config.max_num_seqs * 2
+            budget = max(config.max_num_batched_tokens, seqs)
+            changes = {"max_num_seqs": seqs, "max_num_batched_tokens": budget}
+        elif limit == LIMIT_BUDGET:
+            changes = {"max_num_batched_tokens": config.max_num_batched_tokens * 2}
         else:
-            pool = {round(current * f) for f in (1.5, 2.0)}
-            keep = [v for v in pool | ({int(suggested)} if suggested else set()) if v > current]
-        return sorted(set(keep))
+            changes = {"num_gpu_blocks_override": config.capacity().num_gpu_blocks * 2}
+        try:
+            new = _replayed(self.replay, changes, self.now, self.runs)
+        except ConfigError:
+            return None
+        return new.e2e_p99
+
+
+def split_workload(wl: Workload, n: int) -> Workload:
+    """Every n-th request of `wl` (a round-robin share), all per-request arrays sliced alike."""
+    size = len(wl)
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(wl):
+        value = getattr(wl, f.name)
+        if isinstance(value, np.ndarray | tuple) and len(value) == size:
+            changes[f.name] = value[::n]
+    return dataclasses.replace(wl, **changes)
+
+
+@dataclass(frozen=True)
+class _Hints:
+    """Values the data itself sizes, tried beside the fixed steps."""
+
+    fit: int | None = None  # requests that fit in KV at their mean length
+    onset: int | None = None  # running count where preemption began, minus one
+    by_kv: int | None = None  # max_num_seqs the KV headroom allows
+    replicas: int | None = None  # arrival / service rate
+
+
+def _hints(
+    verdict: Verdict, capacity: Capacity, windows: Sequence[Window], p: AnalysisParams
+) -> _Hints:
+    fit = (
+        int(capacity.kv_cache_tokens // capacity.mean_tokens_per_request)
+        if capacity.kv_cache_tokens and capacity.mean_tokens_per_request
+        else None
+    )
+    onset = onset_running(windows)
+    raised = _raise_max_num_seqs(capacity, windows, p, verdict)
+    replicas = _add_replicas(windows, p)
+    factor = replicas.suggested if replicas is not None else None
+    return _Hints(
+        fit=fit if fit and fit >= 1 else None,
+        onset=onset - 1 if onset and onset > 1 else None,
+        by_kv=int(raised.suggested) if raised is not None and raised.suggested else None,
+        replicas=math.ceil(float(factor[1:])) if factor else None,
+    )
+
+
+def _candidates(knob: Knob, replay: Replay, hints: _Hints) -> list[Any]:
+    """A few values of one knob in its direction: fixed steps and the data's own sizing."""
+    c = replay.config
+    action = knob.action
+    if action == "raise_gpu_memory_utilization":
+        cur = c.gpu_memory_utilization
+        return sorted({round(min(MAX_SUGGESTED_UTILIZATION, cur + d), 2)
+                       for d in (0.03, 0.05, 0.1)} - {round(cur, 2)})  # fmt: skip
+    if action == "lower_gpu_memory_utilization":
+        return [round(c.gpu_memory_utilization - 0.1, 2)] if c.gpu_memory_utilization > 0.2 else []
+    if action == "lower_max_num_seqs":
+        cur = c.max_num_seqs
+        pool: set[int | None] = {round(cur * f) for f in (0.25, 0.5, 0.75)}
+        pool |= {hints.fit, hints.onset}
+        return sorted(v for v in pool if v is not None and 1 <= v < cur)
+    if action == "raise_max_num_seqs":
+        cur = c.max_num_seqs
+        pool = {round(cur * f) for f in (1.5, 2, 4)}
+        pool |= {hints.by_kv}
+        return sorted(v for v in pool if v is not None and cur < v <= c.max_num_batched_tokens)
     if action == "lower_max_num_batched_tokens":
-        current = config.max_num_batched_tokens
-        floor = max(MIN_BATCHED_TOKENS, config.max_num_seqs)
-        values = {max(floor, current // 2)}
-        if not config.enable_chunked_prefill:
-            values = {v for v in values if v >= config.max_model_len}
-        return sorted(v for v in values if v < current)
+        cur = c.max_num_batched_tokens
+        floor = c.max_num_seqs if c.enable_chunked_prefill else max(c.max_num_seqs, c.max_model_len)
+        budgets = {max(floor, cur // 2), max(floor, cur // 4)}
+        return sorted(v for v in budgets if v < cur)
+    if action == "raise_max_num_batched_tokens":
+        cur = c.max_num_batched_tokens
+        return [cur * 2, cur * 4]
     if action == "raise_tensor_parallel_size":
-        return [config.tensor_parallel_size * 2]
+        return [c.tensor_parallel_size * 2]
+    if action == "lower_tensor_parallel_size":
+        return [c.tensor_parallel_size // 2] if c.tensor_parallel_size > 1 else []
     if action == "raise_pipeline_parallel_size":
-        return [config.pipeline_parallel_size * 2]
+        return [c.pipeline_parallel_size * 2]
+    if action == "lower_pipeline_parallel_size":
+        return [c.pipeline_parallel_size // 2] if c.pipeline_parallel_size > 1 else []
+    if action == "add_replicas":
+        return sorted({2, hints.replicas or 2})
     return []
 
 
@@ -199,86 +379,93 @@ def effect(now: WhatIfOutcome, new: WhatIfOutcome) -> str:
     return ", ".join(parts)
 
 
-def _verdict(now: WhatIfOutcome, new: WhatIfOutcome) -> tuple[bool, bool]:
-    """(worse on both p99 and throughput, better on something)."""
-    tput = _change(new.output_throughput, now.output_throughput) or 0.0
-    p99 = _change(new.e2e_p99, now.e2e_p99) or 0.0
-    worse_both = tput < -SAME and p99 > SAME
-    better = tput > SAME or p99 < -SAME or new.preemptions < now.preemptions
-    return worse_both, better
+def _current(knob: Knob, capacity: Capacity, config: SimConfig, verdict: Verdict) -> str:
+    """The knob's value now, and where it came from when not from the data."""
+    if knob.key == "replicas":
+        return "1 replica (this deployment)"
+    logged = getattr(capacity, knob.key, None)
+    if logged is not None:
+        return f"{logged:.2f}" if isinstance(logged, float) else str(logged)
+    value = getattr(config, knob.key)
+    shown = f"{value:.2f}" if isinstance(value, float) else str(value)
+    f = verdict.limit_detail
+    if knob.key == "max_num_seqs" and f is not None and f.max_num_seqs_source == "inferred":
+        return f"{shown} (inferred from the running plateau)"
+    return f"{shown} (not in the data; assumed)"
 
 
-def _check(items: list[Advice], replay: Replay | None, capacity: Capacity) -> list[Advice]:
-    """Replay each numeric suggestion; keep, rank and annotate what the replay supports."""
-    checked: list[tuple[float, float, Advice]] = []
-    rest: list[Advice] = []
-    now: WhatIfOutcome | None = None
-    runs: dict[tuple[Any, ...], WhatIfOutcome] = {}
-    caveat = UNVERIFIED
-    if replay is not None and replay.replayable:
-        try:
-            now = replay.run()
-            runs[engine_key(replay.config)] = now
-        except ConfigError:
-            now = None
-        seen = replay.observed.preemptions
-        if now is not None and seen is not None and not _reproduces(now.preemptions, seen):
-            # A replay that misses what happened cannot check what would happen.
-            caveat = (
-                f" Unverified: the replay of the observed workload shows {now.preemptions:,} "
-                f"preemptions where {seen:,} were counted, too far apart to check this number."
-            )
-            now = None
-    for advice in items:
-        key = SIM_KEYS.get(advice.action)
-        if key is None:
-            rest.append(advice)
-            continue
-        if now is None or replay is None:
-            rest.append(dataclasses.replace(advice, reason=advice.reason + caveat, verified=False))
-            continue
-        best: tuple[float, float, Any, WhatIfOutcome] | None = None
-        for value in _candidates(advice.action, advice, replay, capacity):
-            try:
-                check_changes(replay, {key: value})
-                new = _replayed(replay, {key: value}, now, runs)
-            except ConfigError:
-                continue
-            worse_both, better = _verdict(now, new)
-            if worse_both or not better:
-                continue
-            score = (new.e2e_p99 if new.e2e_p99 is not None else math.inf, -new.output_throughput)
-            if best is None or score < (best[0], best[1]):
-                best = (score[0], score[1], value, new)
-        if best is None:
-            continue  # the replay says it would not help: not suggested
-        _, _, value, new = best
-        shown = f"{value:.2f}" if isinstance(value, float) else str(value)
-        if advice.action == "raise_gpu_memory_utilization":
-            # The sizing text for the value the replay chose, not the heuristic's.
-            advice = _gpu_memory(capacity, (), target=value) or advice
-        checked.append(
-            (
-                best[0],
-                best[1],
-                dataclasses.replace(
-                    advice,
-                    suggested=shown,
-                    reason=_plain(advice.reason)
-                    + f" Replayed on the observed workload ({len(replay.workload or ())} "
-                    f"requests): {effect(now, new)}.",
-                    verified=True,
-                    predicted={"now": _figures(now), "with_change": _figures(new)},
-                ),
-            )
-        )
-    # Changes on the same GPUs first, then those that buy GPUs (vLLM's order); within each,
-    # the best predicted e2e p99, then throughput.
-    checked.sort(key=lambda t: (t[2].action in MORE_GPUS, t[0], t[1]))
-    head = [a for a in rest if a.action == "review_request_priorities"]
-    tail = [a for a in rest if a.action != "review_request_priorities"]
-    ordered = head + [a for *_, a in checked] + tail
-    return [dataclasses.replace(a, rank=i + 1) for i, a in enumerate(ordered)]
+def _advice(
+    knob: Knob,
+    value: Any,
+    new: WhatIfOutcome,
+    now: WhatIfOutcome,
+    replay: Replay,
+    capacity: Capacity,
+    verdict: Verdict,
+    check: Fidelity,
+) -> Advice:
+    shown = f"{value:.2f}" if isinstance(value, float) else str(value)
+    if knob.key == "replicas":
+        shown = f"x{value}"
+    why = knob.why
+    if knob.action == "raise_gpu_memory_utilization":
+        sized = _gpu_memory(capacity, (), target=float(value))
+        if sized is not None:
+            why = sized.reason
+    return Advice(
+        0,
+        knob.action,
+        knob.flag,
+        _current(knob, capacity, replay.config, verdict),
+        shown,
+        f"{why} Replayed on the observed workload ({len(replay.workload or ())} requests): "
+        f"{effect(now, new)}. {_label(check)}.",
+        verified=check.verified,
+        predicted={"now": _figures(now), "with_change": _figures(new)},
+    )
+
+
+def _fallback(
+    verdict: Verdict,
+    capacity: Capacity,
+    windows: Sequence[Window],
+    p: AnalysisParams,
+    caveat: str = NO_REPLAY,
+) -> list[Advice]:
+    """The data's own sizing in the binding limit's direction, unverified (`caveat` says why)."""
+    items: list[Advice | None]
+    if verdict.limit == LIMIT_SEQS or (
+        verdict.problem == "throughput" and verdict.limit != LIMIT_BUDGET
+    ):
+        items = [_raise_max_num_seqs(capacity, windows, p, verdict), _add_replicas(windows, p)]
+    elif verdict.limit == LIMIT_BUDGET:
+        items = [_raise_budget(capacity), _add_replicas(windows, p)]
+    else:
+        items = [
+            _gpu_memory(capacity, windows),
+            _max_num_seqs(capacity, windows),
+            _max_num_batched_tokens(capacity, windows),
+            _more_gpus(capacity, "tensor"),
+            _more_gpus(capacity, "pipeline"),
+        ]
+    return [
+        dataclasses.replace(a, reason=a.reason + caveat, verified=False)
+        for a in items
+        if a is not None
+    ]
+
+
+def _raise_budget(capacity: Capacity) -> Advice:
+    current = capacity.max_num_batched_tokens
+    return Advice(
+        0,
+        "raise_max_num_batched_tokens",
+        "--max-num-batched-tokens",
+        str(current) if current is not None else None,
+        str(current * 2) if current is not None else None,
+        BY_ACTION["raise_max_num_batched_tokens"].why
+        + ("" if current is not None else " Its current value is not in the log."),
+    )
 
 
 def _replayed(
@@ -322,23 +509,6 @@ def _budget_never_binds(replay: Replay, config: SimConfig, now: WhatIfOutcome) -
     if engine_key(other) != engine_key(base):
         return False
     return now.budget_needed <= config.max_num_batched_tokens <= base.max_num_batched_tokens
-
-
-def _reproduces(replayed: int, observed: int) -> bool:
-    """Close enough to trust the replay's comparisons: within max(5, 50 %)."""
-    return abs(replayed - observed) <= max(5.0, 0.5 * observed)
-
-
-def _plain(reason: str) -> str:
-    """The heuristic's sizing text, less claims the replay now answers for itself."""
-    for claim in (
-        " Requests queue a little longer (TTFT) instead of being evicted and recomputed "
-        "(tail latency).",
-        " A bigger batch serves more at once until KV or compute saturates; watch for "
-        "preemption after the change.",
-    ):
-        reason = reason.replace(claim, "")
-    return reason
 
 
 def _bytes_per_token_gib(capacity: Capacity) -> float | None:
@@ -497,16 +667,18 @@ def _more_gpus(capacity: Capacity, kind: str) -> Advice:
 
 
 def _raise_max_num_seqs(
-    capacity: Capacity, windows: Sequence[Window], p: AnalysisParams
+    capacity: Capacity, windows: Sequence[Window], p: AnalysisParams, verdict: Verdict
 ) -> Advice | None:
     """Only when the batch is full (running at max_num_seqs) and KV stays well below full."""
     queued = [w for w in windows if w.queue_bound]
     kv = [w.kv_usage_max for w in queued if w.kv_usage_max is not None]
-    base = capacity.max_num_seqs or capacity.peak_running
+    finding = verdict.limit_detail
+    cap = capacity.max_num_seqs or (finding.max_num_seqs if finding is not None else None)
+    base = cap or capacity.peak_running
     if not kv or not base or max(kv) <= 0 or max(kv) >= p.kv_high:
         return None
     running = [w.running_max for w in queued if w.running_max is not None]
-    if capacity.max_num_seqs is not None and running and max(running) < capacity.max_num_seqs:
+    if cap is not None and running and max(running) < p.batch_full_fraction * cap:
         return None  # the batch is not full: compute or the token budget is the limit
     peak_kv = max(kv)
     if peak_kv < KV_SIZING_FLOOR:
@@ -535,7 +707,7 @@ def _raise_max_num_seqs(
         0,
         "raise_max_num_seqs",
         "--max-num-seqs",
-        str(capacity.max_num_seqs) if capacity.max_num_seqs is not None else None,
+        str(cap) if cap is not None else None,
         str(suggested),
         f"Requests queue while the KV cache has room ({why}). A bigger batch serves more at "
         "once until KV or compute saturates; watch for preemption after the change.",

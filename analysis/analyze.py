@@ -34,12 +34,13 @@ from preemptscope.analysis.report import (
     Window,
 )
 from preemptscope.analysis.sim.observed import build_replay, replay_inputs
-from preemptscope.analysis.verdict import decide
+from preemptscope.analysis.verdict import decide, settle_limit
 from preemptscope.analysis.windows import (
     MetricWindows,
     V0Counter,
     build_window_table,
     data_windows,
+    running_plateau,
     window_start,
 )
 from preemptscope.ingest.bench import BenchRun
@@ -172,6 +173,8 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         (inputs.reduced.starts() if inputs.reduced is not None else None, "timestamp"),
     )
     facts = capacity_facts(inputs.logs, metrics, lat, [])
+    # max_num_seqs not printed: read off a plateau of the running count (said so wherever used).
+    inferred_cap = running_plateau(stats, metrics, params) if facts.max_num_seqs is None else None
     v0_logs = [lf for lf in inputs.logs if lf.log_era in ("v0", "mixed")]
     table, v0 = build_window_table(
         stats,
@@ -180,8 +183,9 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         params,
         grid,
         v0_warns=any(v0_warns_preemption(lf.vllm_version) for lf in v0_logs),
-        max_num_seqs=facts.max_num_seqs,
+        max_num_seqs=facts.max_num_seqs or inferred_cap,
         reduced=inputs.reduced,
+        max_num_batched_tokens=facts.max_num_batched_tokens,
     )
     latency_by_window = _latency(grid, metrics, lat, params, inputs.reduced)
     windows = [
@@ -209,6 +213,9 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
             queue_bound=row["queue_bound"],
             evidence_first=row["evidence_first"],
             evidence_last=row["evidence_last"],
+            tokens_per_step=row["tokens_per_step"],
+            budget_step_share=row["budget_step_share"],
+            limits=list(row["limits"] or []),
         )
         for i, row in enumerate(table.iter_rows(named=True))
     ]
@@ -244,6 +251,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         params,
         now,
         _no_count_reason(inputs.logs, metrics),
+        max_num_seqs_inferred=inferred_cap,
     )
     disjoint = _disjoint_evidence(spans, judged=params.now is None and len(spans) > 1)
     if disjoint is not None:
@@ -261,21 +269,27 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         if windows
         else None,
     )
+    # Advice is explored and decided by replaying the observed workload
+    # (analysis/sim/observed.py); an inferred cap is the replay's current max_num_seqs.
+    plan = advise(
+        verdict,
+        capacity,
+        windows,
+        params,
+        replay=lambda: build_replay(
+            capacity,
+            replay_inputs(inputs, latencies=lat),
+            preemptions=preemptions.total,
+            current={"max_num_seqs": inferred_cap} if inferred_cap else None,
+        ),
+    )
+    verdict = settle_limit(verdict, plan.relief)
     return DeploymentReport(
         name=inputs.name,
         verdict=verdict,
         preemptions=preemptions,
         capacity=capacity,
-        advice=advise(
-            verdict,
-            capacity,
-            windows,
-            params,
-            # Advice is checked by replaying the observed workload (analysis/sim/observed.py).
-            replay=lambda: build_replay(
-                capacity, replay_inputs(inputs, latencies=lat), preemptions=preemptions.total
-            ),
-        ),
+        advice=plan.items,
         windows=windows,
         episodes=found,
         correlation=correlation,

@@ -44,6 +44,19 @@ class AnalysisParams:
     # A queue-bound run is over capacity when its waiting grows by this factor from first to
     # last window (demand above the service rate); a steady queue is only "at risk".
     queue_growth: float = 2.0
+    # The token budget binds when a window's steps schedule at least this fraction of
+    # max_num_batched_tokens on average (stats lines' throughputs), or when at least
+    # budget_step_share of its engine iterations fall in the histogram bucket holding the budget.
+    budget_full_fraction: float = 0.9
+    budget_step_share: float = 0.5
+    # max_num_seqs not printed: inferred from a plateau, the running count's peak held on at
+    # least plateau_share of the stats records (or scrapes) with a queue, and on at least
+    # plateau_records of them.
+    plateau_share: float = 0.5
+    plateau_records: int = 3
+    # A limit binds for the deployment when it holds requests back in at least this share of
+    # the flagged windows (over capacity or saturated).
+    limit_share: float = 0.25
     # A rank correlation counts as evidence only from this many window pairs on, positive,
     # with a two-sided p-value below correlation_alpha (Bonferroni-adjusted over lags).
     min_correlation_windows: int = 10

@@ -74,6 +74,13 @@ class Window:
     # overload; null when the window is not over capacity or its evidence has no time.
     evidence_first: datetime | None = None
     evidence_last: datetime | None = None
+    # Mean tokens per engine step: measured (iteration_tokens histogram) or estimated from the
+    # stats lines' throughputs (docs/report.md); the share of steps at the token budget.
+    tokens_per_step: float | None = None
+    budget_step_share: float | None = None
+    # The scheduler limits that held requests back in this window: "kv_cache", "max_num_seqs",
+    # "max_num_batched_tokens" (empty: none did, or the data cannot tell).
+    limits: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,28 @@ class Evidence:
     quotes: dict[str, float | int | str | None] = field(default_factory=dict)
 
 
+LimitName = Literal["kv_cache", "max_num_seqs", "max_num_batched_tokens", "none", "unknown"]
+
+
+@dataclass(frozen=True)
+class LimitFinding:
+    """How the binding limit was measured: the figures behind verdict.limit."""
+
+    reason: str  # one plain sentence (also for `unknown`: why the data cannot tell)
+    also: list[str] = field(default_factory=list)  # other limits that bound too
+    windows: dict[str, int] = field(default_factory=dict)  # flagged windows per limit
+    flagged_windows: int = 0
+    max_num_seqs: int | None = None
+    max_num_seqs_source: Literal["log", "inferred", "none"] = "none"
+    max_num_batched_tokens: int | None = None
+    peak_running: int | None = None
+    peak_waiting: int | None = None
+    peak_kv_usage: float | None = None
+    tokens_per_step: float | None = None  # the highest window mean in the flagged windows
+    # Chosen by the replay: predicted e2e p99 (s) when each binding limit is doubled.
+    relief_e2e_p99: dict[str, float | None] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Verdict:
     state: VerdictState
@@ -143,6 +172,9 @@ class Verdict:
     # "capacity" (too little KV for the load), "throughput" (requests queue with KV to spare:
     # max_num_seqs or compute is the limit) or "ordering" (priority policy moves the pain)
     problem: Literal["capacity", "throughput", "ordering", "none", "unknown"] = "unknown"
+    # Which of the scheduler's limits held requests back in the flagged windows (LimitFinding).
+    limit: LimitName = "unknown"
+    limit_detail: LimitFinding | None = None
 
 
 @dataclass(frozen=True)

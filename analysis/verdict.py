@@ -7,12 +7,20 @@ Rules (thresholds in AnalysisParams, documented in docs/report.md):
 - at_risk: over-capacity windows that do not make a current sustained episode (a short burst,
   or an episode long before now), or KV >= kv_high in at_risk_kv_fraction of active windows.
   A single old isolated over-capacity window is reported but does not make the deployment at risk.
+- A saturated window (a persistent queue with one of the scheduler's limits pinned: slots,
+  token budget or KV) makes the deployment at least at_risk; a run of them lasting
+  >= min_episode_s that ended within stale_after_s of `now` makes it over_capacity, the same
+  episode rules as preemption. A saturated server is never ok.
 - insufficient_data: fewer than min_samples stats records / scrapes and no counted preemption.
 - ok otherwise (idle periods and cache-reset bursts never count against a deployment).
+
+`limit` names the limit that held requests back in the flagged windows (find_limit); when two
+bind, the replay of the advice decides which one's relief helps most (settle_limit).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
@@ -29,11 +37,17 @@ from preemptscope.analysis.report import (
     Correlation,
     Episode,
     Evidence,
+    LimitFinding,
+    LimitName,
     Preemptions,
     Verdict,
     VerdictState,
     Window,
 )
+from preemptscope.analysis.windows import LIMIT_BUDGET, LIMIT_KV, LIMIT_SEQS
+
+# vLLM's order of the limits (its optimization guide starts from preemption): the tie-break.
+LIMIT_ORDER: tuple[LimitName, ...] = (LIMIT_KV, LIMIT_SEQS, LIMIT_BUDGET)
 
 QUALITY_WORDS = {
     "exact": "exact",
@@ -76,6 +90,8 @@ def decide(
     params: AnalysisParams,
     now: datetime | None,
     no_count_reason: str = "nothing in them counts preemptions",
+    *,
+    max_num_seqs_inferred: int | None = None,
 ) -> Verdict:
     samples = sum(w.samples for w in windows)
     data = [w for w in windows if w.samples > 0 or w.latency]
@@ -96,7 +112,11 @@ def decide(
         )
         evidence += _preemption_evidence(preemptions, no_count_reason)
         evidence += _window_evidence(windows, preemptions)
-        return Verdict("insufficient_data", evidence, "unknown")
+        finding = LimitFinding(
+            reason=f"too little data to tell which limit binds ({samples} stats record(s) / "
+            f"scrape(s), at least {params.min_samples} needed)"
+        )
+        return Verdict("insufficient_data", evidence, "unknown", "unknown", finding)
 
     evidence += _preemption_evidence(preemptions, no_count_reason)
     evidence += _window_evidence(windows, preemptions)
@@ -146,20 +166,28 @@ def decide(
         if active
         else 0.0
     )
+    saturated_runs = runs(windows, lambda w: w.queue_bound, params)
     queued = [
         r
-        for r in runs(windows, lambda w: w.queue_bound, params)
+        for r in saturated_runs
         if run_duration_s(r) >= params.min_episode_s
         and (now is None or (now - r[-1].end).total_seconds() <= params.stale_after_s)
     ]
-    growing = [r for r in queued if queue_grows(r, params)]
+    recent_saturated = [
+        w
+        for w in windows
+        if w.queue_bound and (now is None or (now - w.end).total_seconds() <= params.stale_after_s)
+    ]
     if queued:
         evidence.append(_queue_run_evidence(max(queued, key=run_duration_s), params))
+    elif recent_saturated:
+        widest = max(saturated_runs, key=run_duration_s)
+        evidence.append(_queue_run_evidence(widest, params, sustained=False))
     kv_trouble = bool(sustained or recent_over or kv_high_fraction >= params.at_risk_kv_fraction)
     state: VerdictState
-    if current or (growing and not kv_trouble):
+    if current or queued:
         state = "over_capacity"
-    elif kv_trouble or queued:
+    elif kv_trouble or recent_saturated:
         state = "at_risk"
     elif not data and counted:
         # Preemptions were counted but nothing tells when (warnings without timestamps).
@@ -176,12 +204,171 @@ def decide(
                 float(len(over)),
             )
         )
-    if state != "ok" and not current and not kv_trouble and queued:
-        return Verdict(state, evidence, "throughput")
-    problem = _problem(state, windows, correlation, capacity, params)
+    limit, finding = find_limit(
+        windows, capacity, params, max_num_seqs_inferred=max_num_seqs_inferred
+    )
+    if limit not in ("none", "unknown") or (finding.flagged_windows and limit == "unknown"):
+        evidence.append(limit_evidence(limit, finding))
+    problem = _problem(state, windows, correlation, capacity, params, limit)
     if problem == "ordering":
         evidence.append(_ordering_evidence(windows, correlation, params))
-    return Verdict(state, evidence, problem)
+    return Verdict(state, evidence, problem, limit, finding)
+
+
+def find_limit(
+    windows: Sequence[Window],
+    capacity: Capacity,
+    params: AnalysisParams,
+    *,
+    max_num_seqs_inferred: int | None = None,
+) -> tuple[LimitName, LimitFinding]:
+    """Which limit held requests back in the flagged windows, measured from the windows.
+
+    Flagged: over capacity (preemption, or a queue at full KV) or saturated (a persistent
+    queue with a limit pinned). A limit binds when it held requests back in at least
+    limit_share of them; the one in most windows comes first (vLLM's order on a tie).
+    """
+    cap = capacity.max_num_seqs or max_num_seqs_inferred
+    source: Literal["log", "inferred", "none"] = (
+        "log" if capacity.max_num_seqs else "inferred" if max_num_seqs_inferred else "none"
+    )
+    active = [w for w in windows if not w.idle and (w.samples > 0 or w.latency)]
+    flagged = [w for w in active if w.over_capacity or w.queue_bound]
+    counts = {name: sum(1 for w in flagged if name in w.limits) for name in LIMIT_ORDER}
+    binding: list[LimitName] = sorted(
+        (n for n, c in counts.items() if c and c >= params.limit_share * len(flagged)),
+        key=lambda n: (-counts[n], LIMIT_ORDER.index(n)),
+    )
+    pool = flagged or active
+    running = [w.running_max for w in pool if w.running_max is not None]
+    waiting = [w.waiting_max for w in pool if w.waiting_max is not None]
+    kv = [w.kv_usage_max for w in pool if w.kv_usage_max is not None]
+    steps = [w.tokens_per_step for w in pool if w.tokens_per_step is not None]
+    base = LimitFinding(
+        reason="",
+        windows={n: c for n, c in counts.items() if c},
+        flagged_windows=len(flagged),
+        max_num_seqs=cap,
+        max_num_seqs_source=source,
+        max_num_batched_tokens=capacity.max_num_batched_tokens,
+        peak_running=max(running) if running else None,
+        peak_waiting=max(waiting) if waiting else None,
+        peak_kv_usage=max(kv) if kv else None,
+        tokens_per_step=round(max(steps), 1) if steps else None,
+    )
+    if binding:
+        finding = dataclasses.replace(base, also=[str(n) for n in binding[1:]])
+        return binding[0], dataclasses.replace(
+            finding,
+            reason=limit_sentence(binding[0], finding),
+        )
+    if flagged:
+        budget = (
+            f"max_num_batched_tokens is not printed (steps scheduled up to about "
+            f"{base.tokens_per_step:.0f} tokens)"
+            if base.tokens_per_step is not None and capacity.max_num_batched_tokens is None
+            else "the token budget cannot be measured (no throughput figures)"
+        )
+        why = (
+            "requests queued with KV to spare, but max_num_seqs is not printed and the running "
+            f"count shows no plateau, and {budget}"
+            if cap is None
+            else f"requests queued with the batch below its cap of {cap} and KV to spare, and "
+            f"{budget}"
+        )
+        return "unknown", dataclasses.replace(
+            base, reason=f"the data cannot tell which limit binds: {why}"
+        )
+    if not active or not (running or waiting):
+        return "unknown", dataclasses.replace(
+            base,
+            reason="the inputs show no running or waiting counts (stats lines or /metrics "
+            "gauges), so no limit can be measured",
+        )
+    return "none", dataclasses.replace(
+        base,
+        reason=f"nothing held requests back: no preemption and no persistent queue in "
+        f"{len(active)} active window(s)",
+    )
+
+
+LIMIT_LABELS = {
+    LIMIT_KV: "the KV cache",
+    LIMIT_SEQS: "max_num_seqs (request slots)",
+    LIMIT_BUDGET: "max_num_batched_tokens (the token budget per step)",
+    "none": "none",
+    "unknown": "unknown",
+}
+
+
+def limit_sentence(limit: LimitName, f: LimitFinding) -> str:
+    """The plain sentence for verdict.limit, from the finding's own figures."""
+    if limit in ("none", "unknown"):
+        return f.reason
+    share = f"in {f.windows.get(limit, 0)} of {f.flagged_windows} flagged window(s)"
+    queue = f"up to {f.peak_waiting} waiting" if f.peak_waiting is not None else "a queue"
+    kv = f", KV peak {_pct(f.peak_kv_usage)}" if f.peak_kv_usage is not None else ""
+    if limit == LIMIT_KV:
+        text = f"the KV cache binds {share}: preemption or a queue with KV near full{kv}"
+    elif limit == LIMIT_SEQS:
+        how = "printed" if f.max_num_seqs_source == "log" else "inferred from a plateau"
+        text = (
+            f"max_num_seqs binds {share}: running held at {f.peak_running} of a cap of "
+            f"{f.max_num_seqs} ({how}) with {queue}{kv}"
+        )
+    else:
+        budget = (
+            f"of a {f.max_num_batched_tokens}-token budget"
+            if f.max_num_batched_tokens is not None
+            else "(budget not printed; slots and KV were free)"
+        )
+        steps = (
+            f"steps scheduled up to about {f.tokens_per_step:.0f} tokens {budget}"
+            if f.tokens_per_step is not None
+            else f"requests waited with slots and KV free {budget}"
+        )
+        text = f"max_num_batched_tokens binds {share}: {steps}, with {queue}{kv}"
+    if f.also:
+        text += "; also binding: " + ", ".join(f.also)
+    return text
+
+
+def limit_evidence(limit: LimitName, f: LimitFinding) -> Evidence:
+    quotes: dict[str, float | int | str | None] = {"verdict.limit": limit}
+    for name in ("max_num_seqs", "peak_running", "peak_waiting", "tokens_per_step"):
+        value = getattr(f, name)
+        if value is not None and f"{value:.0f}" in f.reason.replace(",", ""):
+            quotes[f"verdict.limit_detail.{name}"] = value
+    return Evidence("limit", f"limit: {f.reason}", None, quotes)
+
+
+def settle_limit(verdict: Verdict, relief: dict[str, float | None]) -> Verdict:
+    """When two limits bind, the one whose relief the replay says helps most comes first.
+
+    `relief`: predicted e2e p99 when each binding limit is doubled (None: not replayed).
+    """
+    f = verdict.limit_detail
+    if f is None or verdict.limit in ("none", "unknown") or not f.also:
+        return verdict
+    binding = [verdict.limit, *f.also]
+    known = {n: relief.get(n) for n in binding}
+    if any(v is None for v in known.values()):
+        return dataclasses.replace(
+            verdict, limit_detail=dataclasses.replace(f, relief_e2e_p99=known)
+        )
+    order = sorted(binding, key=lambda n: (known[n], LIMIT_ORDER.index(n)))
+    first: LimitName = order[0]  # type: ignore[assignment]
+    settled = dataclasses.replace(f, also=order[1:], relief_e2e_p99=known)
+    settled = dataclasses.replace(settled, reason=limit_sentence(first, settled))
+    evidence = [
+        limit_evidence(first, settled) if e.code == "limit" else e for e in verdict.evidence
+    ]
+    problem = verdict.problem
+    if problem in ("capacity", "throughput"):
+        problem = "capacity" if first == LIMIT_KV else "throughput"
+    return dataclasses.replace(
+        verdict, limit=first, limit_detail=settled, evidence=evidence, problem=problem
+    )
 
 
 def _why_not_current(longest: Episode, current: bool, params: AnalysisParams) -> str:
@@ -222,15 +409,25 @@ def queue_grows(run: Sequence[Window], params: AnalysisParams) -> bool:
     return last >= params.queue_growth * max(first, 1.0)
 
 
-def _queue_run_evidence(run: Sequence[Window], params: AnalysisParams) -> Evidence:
+def _queue_run_evidence(
+    run: Sequence[Window], params: AnalysisParams, *, sustained: bool = True
+) -> Evidence:
     kv = [w.kv_usage_max for w in run if w.kv_usage_max is not None]
     peak = f"; peak KV {_pct(max(kv))}" if kv else ""
     first, last = run[0].waiting_mean or 0.0, run[-1].waiting_mean or 0.0
+    running = [w.running_max for w in run if w.running_max is not None]
+    held = f", up to {max(running)} running" if running else ""
+    short = (
+        ""
+        if sustained
+        else f" (shorter than the {_duration(params.min_episode_s)} an episode needs)"
+    )
+    grows = " (it grew: demand above the service rate)" if queue_grows(run, params) else ""
     return Evidence(
         "queue_bound",
-        f"requests queued for {_duration(run_duration_s(run))} from {_hhmm(run[0].start)} "
-        f"while KV stayed below {_pct(params.kv_saturated)}{peak}: max_num_seqs or compute is "
-        f"the limit, not the KV cache; mean waiting went from {first:.0f} to {last:.0f}",
+        f"requests queued for {_duration(run_duration_s(run))} from {_hhmm(run[0].start)}"
+        f"{short} with a limit pinned{held}{peak}; mean waiting went from {first:.0f} to "
+        f"{last:.0f}{grows}",
         last,
     )
 
@@ -356,8 +553,9 @@ def _queue_evidence(active: Sequence[Window], params: AnalysisParams) -> list[Ev
         out.append(
             Evidence(
                 "waiting_for_capacity",
-                f"peak {peak_cap} request(s) waiting for KV capacity "
-                "(num_requests_waiting_by_reason{reason=capacity})",
+                f"peak {peak_cap} request(s) waiting that the scheduler did not skip "
+                "(num_requests_waiting_by_reason{reason=capacity}: held back by a free slot, "
+                "the token budget or KV blocks, not by KV alone)",
                 float(peak_cap),
             )
         )
@@ -488,8 +686,10 @@ def _problem(
     correlation: Correlation,
     capacity: Capacity,
     params: AnalysisParams,
+    limit: LimitName = "unknown",
 ) -> Literal["capacity", "throughput", "ordering", "none", "unknown"]:
-    """Capacity (too little KV: everyone loses) vs ordering (priority moves the loss).
+    """Capacity (too little KV: everyone loses), throughput (slots or the token budget hold
+    requests back with KV to spare) or ordering (priority moves the loss).
 
     Under the priority policy a preemption evicts a low-priority request for a high-priority
     one: the mean barely moves while the victims' tail grows, and KV is not persistently full.
@@ -498,6 +698,10 @@ def _problem(
         return "none"
     if state == "insufficient_data":
         return "unknown"
+    if limit in (LIMIT_SEQS, LIMIT_BUDGET):
+        return "throughput"
+    if limit == "unknown" and not any(w.over_capacity for w in windows):
+        return "throughput"  # a queue with KV to spare, whatever holds it
     if (capacity.scheduling_policy or "").lower() != "priority":
         return "capacity"
     preempting = [w for w in windows if (preemption_signal(w) or 0) > 0]

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Final
 
 import polars as pl
 from preemptscope.analysis import latency
@@ -57,7 +58,16 @@ WINDOW_COLUMNS: dict[str, pl.DataType] = {
     "queue_bound": pl.Boolean(),
     "evidence_first": TIMESTAMP,
     "evidence_last": TIMESTAMP,
+    "tokens_per_step": pl.Float64(),
+    "budget_step_share": pl.Float64(),
+    "limits": pl.List(pl.String()),
 }
+
+# The three limits of vLLM's scheduler, as verdict.limit names them.
+LIMIT_KV: Final = "kv_cache"
+LIMIT_SEQS: Final = "max_num_seqs"
+LIMIT_BUDGET: Final = "max_num_batched_tokens"
+M_ITERATION_TOKENS = "iteration_tokens"
 
 
 @dataclass(frozen=True)
@@ -169,6 +179,7 @@ def stats_windows(
         ev_first=pl.col("timestamp").filter(pl.col("overloaded")).min(),
         ev_last=pl.col("timestamp").filter(pl.col("overloaded")).max(),
         wait_share=(pl.col("waiting").fill_null(0) > 0).mean(),
+        wait_records=(pl.col("waiting").fill_null(0) > 0).sum(),
         batch_full=(pl.col("running").max() >= full_at) if full_at else pl.lit(False),
     )
     return per_engine.group_by("win").agg(
@@ -187,6 +198,7 @@ def stats_windows(
         s_ev_first=pl.col("ev_first").min(),
         s_ev_last=pl.col("ev_last").max(),
         s_wait_share=pl.col("wait_share").min(),
+        s_wait_records=pl.col("wait_records").max(),
         s_batch_full=pl.col("batch_full").any(),
     )
 
@@ -381,6 +393,113 @@ def _round_preserving_sum(values: dict[int, float]) -> dict[int, int]:
     return floors
 
 
+def running_plateau(
+    stats: pl.DataFrame, metrics: pl.DataFrame | None, params: AnalysisParams
+) -> int | None:
+    """max_num_seqs read off the running count when no log line or label prints it.
+
+    vLLM never runs more than max_num_seqs requests per engine, so a queue behind a batch that
+    sits at one count is a batch at its cap: the engine's peak running count counts as the cap
+    when it is held on at least plateau_share of the records that show a queue (and on at least
+    plateau_records of them). Stats lines first (per file and engine), else the scrapes of
+    num_requests_running / num_requests_waiting (per series). None: no plateau.
+    """
+    points = _running_points(stats, metrics)
+    if points is None or points.is_empty():
+        return None
+    queued = points.filter(pl.col("waiting") > 0)
+    if queued.is_empty():
+        return None
+    peaks = points.group_by("key").agg(peak=pl.col("running").max())
+    at_peak = (
+        queued.join(peaks, on="key")
+        .group_by("key", "peak")
+        .agg(
+            held=(pl.col("running") >= pl.col("peak")).sum(),
+            queued=pl.len(),
+        )
+        .filter(
+            (pl.col("peak") > 0)
+            & (pl.col("held") >= params.plateau_records)
+            & (pl.col("held") >= params.plateau_share * pl.col("queued"))
+        )
+    )
+    if at_peak.is_empty():
+        return None
+    # Every engine of one deployment runs with the same flag: the most common plateau.
+    counts = at_peak.group_by("peak").agg(pl.col("held").sum()).sort(["held", "peak"])
+    return int(counts["peak"][-1])
+
+
+def _running_points(stats: pl.DataFrame, metrics: pl.DataFrame | None) -> pl.DataFrame | None:
+    """(key, running, waiting) per stats record, else per scrape and series."""
+    if not stats.is_empty():
+        s = stats.filter(pl.col("running").is_not_null() & pl.col("waiting").is_not_null())
+        if not s.is_empty():
+            return s.select(
+                key=pl.concat_str(
+                    pl.col("source"), pl.col("engine").cast(pl.String).fill_null("-"),
+                    separator="|",
+                ),
+                running=pl.col("running").cast(pl.Float64),
+                waiting=pl.col("waiting").cast(pl.Float64),
+            )  # fmt: skip
+    if metrics is None or metrics.is_empty():
+        return None
+    rows = metrics.filter(
+        pl.col("metric").is_in([M_RUNNING, M_WAITING]) & (pl.col("sample") == "value")
+    )
+    if rows.is_empty():
+        return None
+    key = pl.concat_str(
+        pl.col("source"), pl.col("model_name").fill_null("-"), pl.col("engine").fill_null("-"),
+        separator="|",
+    )  # fmt: skip
+    wide = (
+        rows.with_columns(key=key)
+        .group_by("key", "timestamp", "metric")
+        .agg(pl.col("value").sum())
+        .pivot(on="metric", index=["key", "timestamp"], values="value")
+    )
+    if M_RUNNING not in wide.columns or M_WAITING not in wide.columns:
+        return None
+    return wide.select("key", running=pl.col(M_RUNNING), waiting=pl.col(M_WAITING)).drop_nulls()
+
+
+def budget_step_shares(
+    metrics: pl.DataFrame | None,
+    grid: Sequence[int],
+    params: AnalysisParams,
+    budget: int | None,
+) -> list[float | None]:
+    """Per window, the share of engine iterations that scheduled about the whole token budget.
+
+    From vllm:iteration_tokens_total (tokens computed per engine step). Its default buckets
+    are powers of two (1, 8, 16, ... 8192), so the histogram can only tell that a step
+    scheduled more than half the budget: the bucket holding max_num_batched_tokens (and any
+    above it) counts as at the budget. None: no budget known, or no pair of scrapes.
+    """
+    if metrics is None or budget is None or budget <= 0 or not grid:
+        return [None] * len(grid)
+    if metrics.filter(pl.col("metric") == M_ITERATION_TOKENS).is_empty():
+        return [None] * len(grid)
+    bounds = [(window_start(w, params), window_start(w + 1, params)) for w in grid]
+    out: list[float | None] = []
+    for counts in latency.histogram_windows_counts(metrics, M_ITERATION_TOKENS, bounds):
+        if not counts:
+            out.append(None)
+            continue
+        total = sum(c for _, c in counts)
+        lower = 0.0
+        full = 0.0
+        for le, c in counts:
+            if (le >= budget and lower * 2 >= budget) or lower >= budget:
+                full += c
+            lower = le
+        out.append(full / total if total > 0 else None)
+    return out
+
+
 _GRID_SLICE = 1 << 20  # rows per slice in data_windows
 
 
@@ -413,14 +532,16 @@ def build_window_table(
     v0_warns: bool | None = None,
     max_num_seqs: int | None = None,
     reduced: MetricWindows | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> tuple[pl.DataFrame, V0Counter]:
     """One row per window of `grid` (schema WINDOW_COLUMNS) from all evidence of a deployment.
 
     `v0_warns`: whether the V0 engine behind the log prints preemption warnings (v0.4.3+).
     Only then does a V0 window without a warning count 0 (a lower bound); before v0.4.3, or
     when nothing tells, such a window has no count. A warning seen proves it either way.
-    `max_num_seqs` (when known) tells a full batch from a momentary queue. `reduced`: the
-    /metrics windows already computed (then `metrics` is not read for them).
+    `max_num_seqs` (printed or inferred from a plateau) tells a full batch from a momentary
+    queue, `max_num_batched_tokens` a full step. `reduced`: the /metrics windows already
+    computed (then `metrics` is not read for them).
     """
     s = stats_windows(stats, params, max_num_seqs)
     if reduced is not None:
@@ -458,8 +579,16 @@ def build_window_table(
     table = table.join(_or_empty(s, _STATS_COLS), on="win", how="left")
     table = table.join(_or_empty(m, METRIC_WINDOW_COLUMNS), on="win", how="left")
     table = table.join(v, on="win", how="left")
+    shares = budget_step_shares(metrics, grid, params, max_num_batched_tokens)
+    table = table.with_columns(b_share=pl.Series(shares, dtype=pl.Float64()))
     counts = v0.warning_lines > 0 or bool(v0_warns)
-    return _derive(table, params, v0_counts=counts, max_num_seqs=max_num_seqs), v0
+    return _derive(
+        table,
+        params,
+        v0_counts=counts,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    ), v0
 
 
 _STATS_COLS: dict[str, pl.DataType] = {
@@ -479,6 +608,7 @@ _STATS_COLS: dict[str, pl.DataType] = {
     "s_ev_first": TIMESTAMP,
     "s_ev_last": TIMESTAMP,
     "s_wait_share": pl.Float64(),
+    "s_wait_records": pl.Int64(),
     "s_batch_full": pl.Boolean(),
 }
 METRIC_WINDOW_COLUMNS: dict[str, pl.DataType] = {
@@ -506,7 +636,12 @@ def _or_empty(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFra
 
 
 def _derive(
-    table: pl.DataFrame, p: AnalysisParams, *, v0_counts: bool, max_num_seqs: int | None
+    table: pl.DataFrame,
+    p: AnalysisParams,
+    *,
+    v0_counts: bool,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None = None,
 ) -> pl.DataFrame:
     # Where V0 warnings are a source, a window without one carries a lower bound of 0.
     v0_covered = pl.lit(v0_counts) & (
@@ -599,24 +734,67 @@ def _derive(
     )
     waiting = pl.col("waiting_mean").fill_null(0)
     running = pl.col("running_mean").fill_null(0)
-    # A queue is a limit only when it persists (on nearly every stats record of the window)
-    # and something is full: the batch (max_num_seqs; when unknown, running at its peak), or
-    # the token budget, which shows as a backlog at least as long as the batch. A few requests
-    # waiting for a step beside a half-empty batch are arrivals, not a limit.
-    persistent = pl.col("s_wait_share").is_null() | (pl.col("s_wait_share") >= p.queue_persistence)
-    full = (
-        pl.col("s_batch_full")
-        if max_num_seqs
-        else pl.col("running_max") >= p.batch_full_fraction * pl.col("running_max").max()
+    # A queue that holds requests back persists (on nearly every stats record of the window)
+    # and is not a few arrivals beside a big batch. What holds it is one of the scheduler's
+    # three limits: vLLM admits waiting requests each step until the slots (max_num_seqs), the
+    # token budget (max_num_batched_tokens) or the free KV blocks run out.
+    # One record is a moment (a burst arriving at once), not a queue that persists.
+    persistent = pl.col("s_wait_share").is_null() | (
+        (pl.col("s_wait_share") >= p.queue_persistence) & (pl.col("s_wait_records") >= 2)
+    )
+    queue = ~pl.col("idle") & (waiting >= 1) & (waiting >= p.queue_fraction * running) & persistent
+    # Tokens per step, estimated: every decoding request gets one token a step and at most
+    # `running` decode, so steps/s >= generation throughput / running, and tokens per step <=
+    # (prompt + generation throughput) x running / generation throughput: exact when every
+    # running request decodes, an overestimate by the share still prefilling.
+    gen = pl.col("generation_throughput")
+    t = t.with_columns(
+        # (At least a token a second per running request: below that most of them are still
+        # prefilling, and the bound means nothing.)
+        tokens_per_step=pl.when(
+            (pl.col("running_mean") > 0) & (gen >= pl.col("running_mean"))
+        ).then((pl.col("prompt_throughput").fill_null(0) + gen) * pl.col("running_mean") / gen),
+        budget_step_share=pl.col("b_share"),
+    )
+    if max_num_seqs:
+        at_cap = pl.col("s_batch_full").fill_null(
+            pl.col("running_max") >= p.batch_full_fraction * max_num_seqs
+        )
+    else:
+        at_cap = pl.lit(False)
+    kv_pinned = pl.col("kv_usage_max").fill_null(0) >= p.kv_high
+    if max_num_batched_tokens:
+        measured = (pl.col("budget_step_share") >= p.budget_step_share) | (
+            pl.col("tokens_per_step") >= p.budget_full_fraction * max_num_batched_tokens
+        )
+        known = pl.col("budget_step_share").is_not_null() | pl.col("tokens_per_step").is_not_null()
+    else:
+        measured, known = pl.lit(False), pl.lit(False)
+    # Budget unmeasured (no throughput figures): what is left once slots and KV are free, for
+    # a backlog at least as long as the batch. (Tokens per step known but the budget not
+    # printed: the data cannot tell.)
+    eliminated = (
+        ~known & pl.col("tokens_per_step").is_null() & pl.lit(bool(max_num_seqs))
+        & ~at_cap.fill_null(False) & ~kv_pinned & (waiting >= running)
+    )  # fmt: skip
+    budget_full = measured.fill_null(False) | eliminated
+    none = pl.lit([], dtype=pl.List(pl.String()))
+    t = t.with_columns(
+        limits=pl.concat_list(
+            pl.when(pl.col("over_capacity") | (queue & kv_pinned))
+            .then(pl.lit([LIMIT_KV]))
+            .otherwise(none),
+            pl.when(queue & at_cap.fill_null(False)).then(pl.lit([LIMIT_SEQS])).otherwise(none),
+            pl.when(queue & budget_full).then(pl.lit([LIMIT_BUDGET])).otherwise(none),
+        ),
     )
     t = t.with_columns(
-        queue_bound=~pl.col("idle")
-        & ~pl.col("over_capacity")
-        & (waiting >= 1)
-        & (waiting >= p.queue_fraction * running)
+        # A plain queue at free slots, budget and KV with a backlog as long as the batch is
+        # held back too (by what the data cannot tell: the cap or budget not printed).
+        queue_bound=~pl.col("over_capacity")
+        & queue
         & (pl.col("kv_usage_max").fill_null(0) < p.kv_saturated)
-        & persistent
-        & (full.fill_null(False) | (waiting >= running)),
+        & ((pl.col("limits").list.len() > 0) | (waiting >= running)),
     )
     over = pl.col("over_capacity")
     t = t.with_columns(

@@ -31,10 +31,22 @@ def test_a_lightly_loaded_server_is_ok(config: dict[str, str]) -> None:
     assert not report.advice
 
 
-def test_a_full_batch_with_a_steady_queue_is_still_a_queue() -> None:
+def test_a_full_batch_with_a_steady_queue_is_over_capacity() -> None:
+    """Ten minutes of a queue behind a batch pinned at max_num_seqs is a sustained episode of
+    saturation: over capacity by the same rules as preemption (issue 23), not at risk."""
     rows = [stat(i * 10, running=32, waiting=10, kv=0.5) for i in range(60)]
     report = run(logs=[logframes(rows, config={"max_num_seqs": "32"})])
-    assert report.verdict.state == "at_risk" and report.verdict.problem == "throughput"
+    assert report.verdict.state == "over_capacity" and report.verdict.problem == "throughput"
+    assert report.verdict.limit == "max_num_seqs"
+
+
+def test_a_short_queue_behind_a_full_batch_is_at_risk() -> None:
+    """Saturation shorter than an episode still makes the server at risk, never ok."""
+    rows = [stat(i * 10, running=32, waiting=10, kv=0.5) for i in range(5)]
+    rows += [stat(50 + i * 10, running=12, waiting=0, kv=0.2) for i in range(30)]
+    report = run(logs=[logframes(rows, config={"max_num_seqs": "32"})])
+    assert report.verdict.state == "at_risk", [e.message for e in report.verdict.evidence]
+    assert report.verdict.limit == "max_num_seqs"
 
 
 def test_lone_warnings_do_not_bridge_empty_windows() -> None:

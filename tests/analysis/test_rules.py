@@ -331,10 +331,17 @@ def test_growing_queue_with_kv_to_spare_is_a_throughput_problem() -> None:
     assert actions[-1] == "add_replicas"
 
 
-def test_steady_queue_is_only_at_risk() -> None:
+def test_steady_queue_at_a_plateau_is_over_capacity() -> None:
+    """Ten minutes of a queue behind running held at 100 (max_num_seqs not printed: inferred
+    from the plateau) is sustained saturation, over capacity (issue 23; was at_risk)."""
     rows = [stat(i * 10, running=100, waiting=40, kv=0.6) for i in range(60)]
     report = run(logs=[logframes(rows)])
-    assert report.verdict.state == "at_risk"
+    assert report.verdict.state == "over_capacity"
+    assert report.verdict.limit == "max_num_seqs"
+    assert report.verdict.limit_detail is not None
+    assert report.verdict.limit_detail.max_num_seqs == 100
+    assert report.verdict.limit_detail.max_num_seqs_source == "inferred"
+    assert "inferred from a plateau" in report.verdict.limit_detail.reason
     assert report.verdict.problem == "throughput"
 
 
