@@ -11,7 +11,7 @@ chunk) and advances a virtual clock by a step cost `a + b x scheduled tokens + c
 (a virtual clock instead of sleeping: the shared machine's load cannot spoil a run, and the
 cost is deliberately not the simulator's fitted form).
 
-    python harness.py OUT_DIR [--only NAME,NAME]
+    python harness.py OUT_DIR [--only NAME,NAME] [--seed N]
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def _lognormal(
     return np.clip(np.rint(v), lo, hi).astype(np.int64)
 
 
-def workloads() -> list[Workload]:
-    rng = np.random.default_rng(11)
+def workloads(seed: int = 0) -> list[Workload]:
+    """The workloads; another seed draws held-out runs of the same kinds."""
+    rng = np.random.default_rng(11 + seed)
     out = []
     # Short-prompt bursts: 4 bursts of 40 requests, 25 s apart.
     arr = np.sort(np.concatenate([k * 25.0 + rng.uniform(0, 2.0, 40) for k in range(4)]))
@@ -105,14 +106,14 @@ def workloads() -> list[Workload]:
     arr = np.cumsum(rng.exponential(1 / 2.0, n))
     out.append(Workload("shared-prefix", arr, 600 + _lognormal(rng, 300, 0.5, n, 16, 1500),
                         _lognormal(rng, 250, 0.5, n, 16, 1000), shared_prefix=600))  # fmt: skip
-    return out + production_workloads()
+    return out + production_workloads(seed)
 
 
-def production_workloads() -> list[Workload]:
+def production_workloads(seed: int = 0) -> list[Workload]:
     """The traffic production serves, and servers bound by each scheduler limit (issues 23, 24).
 
     A generator of their own, so the workloads above stay what their recorded runs hold."""
-    rng = np.random.default_rng(23)
+    rng = np.random.default_rng(23 + seed)
     out = []
     # A system prompt every request shares (prefix caching on by default in V1).
     for length, rate in ((1024, 2.0), (512, 2.2)):
@@ -528,11 +529,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--only", help="comma-separated workload names")
+    parser.add_argument("--seed", type=int, default=0, help="held-out runs: another draw")
     args = parser.parse_args()
     only = set(args.only.split(",")) if args.only else None
     model_dir = tempfile.mkdtemp()
     (Path(model_dir) / "config.json").write_text(json.dumps(TINY_LLAMA))
-    for wl in workloads():
+    for wl in workloads(args.seed):
         if only and wl.name not in only:
             continue
         for k, setting in enumerate(SETTINGS[wl.name]):
