@@ -283,7 +283,9 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
             current={"max_num_seqs": inferred_cap} if inferred_cap else None,
         ),
     )
-    verdict = settle_limit(verdict, plan.relief)
+    verdict = settle_limit(
+        verdict, plan.relief, verified=plan.check is not None and plan.check.verified
+    )
     return DeploymentReport(
         name=inputs.name,
         verdict=verdict,
@@ -668,6 +670,10 @@ def capacity_facts(
         tokens = blocks * block_size
     if block_size is None and tokens and blocks and tokens % blocks == 0:
         block_size = int(tokens // blocks)  # V1 logs tokens and blocks but not the block size
+    if blocks is None and tokens and block_size and tokens % block_size == 0:
+        # V1 logs the KV cache in tokens only ("GPU KV cache size: N tokens"); with the block
+        # size printed (non-default args, engine config) the block count follows.
+        blocks = tokens / block_size
     context = kv["max_concurrency"][1] if "max_concurrency" in kv else None
     concurrency = kv_value("max_concurrency") or _as_float(config.get("kv_cache_max_concurrency"))
     running = [w.running_max for w in windows if w.running_max is not None]

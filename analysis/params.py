@@ -41,6 +41,9 @@ class AnalysisParams:
     # Without a full batch, a queue is a backlog (a limit) only when it is at least as long as
     # the batch and present on this share of the window's stats records.
     queue_persistence: float = 0.8
+    # ... or, behind a batch at max_num_seqs, on this share of them: bursts that fill the batch
+    # and drain between records still hold requests back at the cap.
+    pinned_persistence: float = 0.4
     # A queue-bound run is over capacity when its waiting grows by this factor from first to
     # last window (demand above the service rate); a steady queue is only "at risk".
     queue_growth: float = 2.0

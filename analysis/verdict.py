@@ -342,17 +342,19 @@ def limit_evidence(limit: LimitName, f: LimitFinding) -> Evidence:
     return Evidence("limit", f"limit: {f.reason}", None, quotes)
 
 
-def settle_limit(verdict: Verdict, relief: dict[str, float | None]) -> Verdict:
+def settle_limit(verdict: Verdict, relief: dict[str, float | None], *, verified: bool) -> Verdict:
     """When two limits bind, the one whose relief the replay says helps most comes first.
 
     `relief`: predicted e2e p99 when each binding limit is doubled (None: not replayed).
+    Only a replay that reproduces now (`verified`, analysis/sim/fidelity.py) reorders them;
+    otherwise the limit in most flagged windows stays first.
     """
     f = verdict.limit_detail
     if f is None or verdict.limit in ("none", "unknown") or not f.also:
         return verdict
     binding = [verdict.limit, *f.also]
     known = {n: relief.get(n) for n in binding}
-    if any(v is None for v in known.values()):
+    if not verified or any(v is None for v in known.values()):
         return dataclasses.replace(
             verdict, limit_detail=dataclasses.replace(f, relief_e2e_p99=known)
         )

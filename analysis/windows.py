@@ -181,6 +181,10 @@ def stats_windows(
         wait_share=(pl.col("waiting").fill_null(0) > 0).mean(),
         wait_records=(pl.col("waiting").fill_null(0) > 0).sum(),
         batch_full=(pl.col("running").max() >= full_at) if full_at else pl.lit(False),
+        # Records where requests wait behind a batch at its cap (bursts fill it, then drain).
+        pinned=((pl.col("waiting").fill_null(0) > 0) & (pl.col("running") >= full_at)).sum()
+        if full_at
+        else pl.lit(0),
     )
     return per_engine.group_by("win").agg(
         s_kv_max=pl.col("kv_max").max(),
@@ -199,6 +203,8 @@ def stats_windows(
         s_ev_last=pl.col("ev_last").max(),
         s_wait_share=pl.col("wait_share").min(),
         s_wait_records=pl.col("wait_records").max(),
+        s_pinned_share=(pl.col("pinned") / pl.col("records")).max(),
+        s_pinned_records=pl.col("pinned").max(),
         s_batch_full=pl.col("batch_full").any(),
     )
 
@@ -609,6 +615,8 @@ _STATS_COLS: dict[str, pl.DataType] = {
     "s_ev_last": TIMESTAMP,
     "s_wait_share": pl.Float64(),
     "s_wait_records": pl.Int64(),
+    "s_pinned_share": pl.Float64(),
+    "s_pinned_records": pl.Int64(),
     "s_batch_full": pl.Boolean(),
 }
 METRIC_WINDOW_COLUMNS: dict[str, pl.DataType] = {
@@ -739,9 +747,13 @@ def _derive(
     # three limits: vLLM admits waiting requests each step until the slots (max_num_seqs), the
     # token budget (max_num_batched_tokens) or the free KV blocks run out.
     # One record is a moment (a burst arriving at once), not a queue that persists.
-    persistent = pl.col("s_wait_share").is_null() | (
-        (pl.col("s_wait_share") >= p.queue_persistence) & (pl.col("s_wait_records") >= 2)
-    )
+    # A queue behind a batch at its cap is a limit even when bursts let it drain in between
+    # (pinned_persistence of the records, not queue_persistence).
+    persistent = (
+        pl.col("s_wait_share").is_null()
+        | ((pl.col("s_wait_share") >= p.queue_persistence) & (pl.col("s_wait_records") >= 2))
+        | ((pl.col("s_pinned_share") >= p.pinned_persistence) & (pl.col("s_pinned_records") >= 2))
+    ).fill_null(False)
     queue = ~pl.col("idle") & (waiting >= 1) & (waiting >= p.queue_fraction * running) & persistent
     # Tokens per step, estimated: every decoding request gets one token a step and at most
     # `running` decode, so steps/s >= generation throughput / running, and tokens per step <=
