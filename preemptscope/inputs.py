@@ -176,7 +176,15 @@ def load_inputs(
         target = entry(name)
         if kind == "metrics":
             frame = _read_metrics(path, name, opts)
-            metric_frames.setdefault(name, []).append(frame)
+            notes = metrics.snapshot_notes(frame)
+            kept = frame
+            if not _holds_vllm_sample(frame):
+                why = sniff.no_vllm_sample(path, frame)
+                if len(resolved) == 1 and not named_logs:
+                    raise InputError(path, why)  # nothing else to analyze
+                notes = [why]
+                kept = frame.clear()  # other exporters' scrapes are no vLLM record
+            metric_frames.setdefault(name, []).append(kept)
             target.sources.append(
                 SourceSummary(
                     path=path,
@@ -186,7 +194,7 @@ def load_inputs(
                         "samples": frame.height,
                         "scrapes": frame["timestamp"].n_unique() if frame.height else 0,
                     },
-                    notes=metrics.snapshot_notes(frame),
+                    notes=notes,
                 )
             )
         else:
@@ -519,6 +527,11 @@ def _server_labels(servers: Sequence[Sequence[LogFrames]], pieces: Pieces) -> li
     if len(set(stems)) == len(stems) and all(_NAME.match(s) for s in stems):
         return stems
     return [f"server-{i}" for i in range(1, len(servers) + 1)]
+
+
+def _holds_vllm_sample(frame: pl.DataFrame) -> bool:
+    name = pl.col("raw_name")
+    return frame.filter(name.str.starts_with("vllm:") | name.str.starts_with("ray_vllm")).height > 0
 
 
 def _read_metrics(spec: str, name: str, opts: LoadOptions) -> pl.DataFrame:

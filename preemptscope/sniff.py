@@ -6,9 +6,12 @@ as JSON lines still parses), so a guess here never hides data. Pure apart from r
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
+
+import polars as pl
 
 from preemptscope.errors import InputError
 from preemptscope.ingest._reader import open_binary
@@ -71,7 +74,7 @@ def describe(data: bytes, lines: int, *, report: bool) -> str:
     if _binary(data):
         return "not a vLLM log: binary"
     stripped = data.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if stripped[:1] in (b"{", b"["):
+    if stripped[:1] in (b"{", b"[") and _json(stripped, whole=len(data) < HEAD_BYTES):
         if _MODEL_KEYS.search(data):
             return (
                 "not a vLLM log: JSON, a model config.json? "
@@ -82,6 +85,41 @@ def describe(data: bytes, lines: int, *, report: bool) -> str:
         return f"not a vLLM log: a /metrics snapshot: pass it with {metrics} FILE"
     plural = "" if lines == 1 else "s"
     return f"not a vLLM log: no vLLM line among {lines} line{plural}"
+
+
+# A head cut at HEAD_BYTES cannot parse whole; a parse that fails this far in read JSON
+# up to there (text that only opens with a bracket, "[INFO] ...", fails at once).
+_JSON_PREFIX = 1024
+
+
+def _json(text: bytes, *, whole: bool) -> bool:
+    """Whether text opening with { or [ is JSON: the whole head, or its first line (JSON
+    Lines), parses; or, for a head cut short, the parse fails only past the first KiB."""
+    decoded = text.decode("utf-8", "replace")
+    first = decoded.split("\n", 1)[0]
+    for candidate in (decoded, first) if whole else (first,):
+        try:
+            json.loads(candidate)
+        except ValueError:
+            continue
+        return True
+    if whole:
+        return False
+    try:
+        json.loads(decoded)
+    except json.JSONDecodeError as err:
+        return err.pos >= _JSON_PREFIX
+    return True
+
+
+def no_vllm_sample(path: str, frame: pl.DataFrame) -> str:
+    """Why a /metrics input holds nothing to analyse (not "too few scrapes")."""
+    what = (
+        "HELP/TYPE lines only (vLLM's metrics not enabled, or the scrape was cut)"
+        if frame.is_empty()
+        else f"{frame.height} sample(s) of other exporters only; is this vLLM's /metrics?"
+    )
+    return f"no vLLM sample in {path}: {what}"
 
 
 def describe_path(path: str, lines: int, *, report: bool) -> str:

@@ -63,6 +63,8 @@ def not_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "binary": root / "blob.bin",
         "text": root / "notes.txt",
         "prom": root / "metrics-1.prom",
+        "bracket": root / "notes.log",
+        "big_json": root / "rows.json",
     }
     # A PNG long enough to hold newlines, as a real screenshot does.
     files["png"].write_bytes(PNG + random.Random(1).randbytes(20_000))
@@ -73,6 +75,10 @@ def not_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     files["binary"].write_bytes(random.Random(0).randbytes(50_000))
     files["text"].write_text("shopping list\nmilk\neggs\n")
     files["prom"].write_text(METRICS + "vllm:num_requests_running 3\n")
+    # Opens with a bracket, holds no JSON: no guess of JSON (issue 23).
+    files["bracket"].write_text("[2026-01-01 10:00:00] deploy started\n" + "step done\n" * 40)
+    # JSON bigger than the sniffed head: still told to be JSON.
+    files["big_json"].write_text(json.dumps([{"id": i, "text": "x" * 50} for i in range(3000)]))
     return files
 
 
@@ -86,6 +92,8 @@ def not_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ("config", "model config.json"),
         ("text", "no vLLM line among 3 lines"),
         ("prom", "a /metrics snapshot"),
+        ("bracket", "not a vLLM log: no vLLM line among 41 lines"),
+        ("big_json", "JSON: did you mean"),
     ],
 )
 def test_a_file_that_is_not_a_vllm_log_is_refused(
@@ -95,8 +103,29 @@ def test_a_file_that_is_not_a_vllm_log_is_refused(
     line = one_error(err)
     assert code == 2 and out == ""
     assert f"{not_logs[kind]}: " in line and says in line
+    if kind == "bracket":
+        assert "JSON" not in line
     if kind == "bench":
         assert ("--bench FILE" if command == "report" else "report --bench") in line
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("# HELP python_gc_objects_collected_total x\n# TYPE python_gc_objects_collected_total "
+         "counter\npython_gc_objects_collected_total{generation=\"0\"} 3.0\n",
+         "1 sample(s) of other exporters only"),
+        (METRICS, "HELP/TYPE lines only"),
+    ],
+)  # fmt: skip
+def test_a_metrics_file_without_a_vllm_sample_says_so(tmp_path: Path, text: str, says: str) -> None:
+    """Not "only 1 scrape(s); at least 3 are needed": there is no vLLM data at all (issue 23)."""
+    path = tmp_path / "metrics-1.prom"
+    path.write_text(text)
+    code, out, err = run("report", "--metrics", str(path))
+    line = one_error(err)
+    assert code == 2 and out == ""
+    assert f"no vLLM sample in {path}: {says}" in line and "at least" not in line
 
 
 def test_several_non_logs_are_counted_in_the_one_line(not_logs: dict[str, Path]) -> None:
