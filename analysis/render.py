@@ -19,6 +19,7 @@ from preemptscope.analysis.report import (
     SourceSummary,
     Window,
 )
+from preemptscope.analysis.verdict import limit_line
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.panel import Panel
@@ -368,7 +369,12 @@ def deployment_panel(d: DeploymentReport) -> Panel:
         else "",
     )
     parts: list[RenderableType] = []
+    limit = limit_line(d.verdict)
+    if limit is not None:
+        parts.append(Text(limit, style="bold"))
     for e in d.verdict.evidence:
+        if e.code == "limit" and limit is not None:
+            continue  # the line above says it
         parts.append(Text(f"• {e.message}"))
     parts.append(_preemption_line(d.preemptions))
     correlation = _correlation_line(

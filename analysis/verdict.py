@@ -333,6 +333,16 @@ def limit_sentence(limit: LimitName, f: LimitFinding) -> str:
     return text
 
 
+def limit_line(verdict: Verdict) -> str | None:
+    """'Limit: <name>: <sentence>' for the terminal, the HTML report and the live pages."""
+    f = verdict.limit_detail
+    if f is None or not f.reason:
+        return None
+    if verdict.limit in ("none", "unknown"):
+        return f"Limit: {verdict.limit}: {f.reason}"
+    return f"Limit: {f.reason}"
+
+
 def limit_evidence(limit: LimitName, f: LimitFinding) -> Evidence:
     quotes: dict[str, float | int | str | None] = {"verdict.limit": limit}
     for name in ("max_num_seqs", "peak_running", "peak_waiting", "tokens_per_step"):
@@ -556,8 +566,8 @@ def _queue_evidence(active: Sequence[Window], params: AnalysisParams) -> list[Ev
             Evidence(
                 "waiting_for_capacity",
                 f"peak {peak_cap} request(s) waiting that the scheduler did not skip "
-                "(num_requests_waiting_by_reason{reason=capacity}: held back by a free slot, "
-                "the token budget or KV blocks, not by KV alone)",
+                "(num_requests_waiting_by_reason{reason=capacity}: waiting for a request slot, "
+                "token budget or KV blocks, not for KV alone)",
                 float(peak_cap),
             )
         )

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Protocol
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from preemptscope.analysis.report import DeploymentReport, Episode, Event, Window
+from preemptscope.analysis.verdict import limit_line
 
 KV_HIGH = 0.9  # vLLM's usual "getting full" mark
 KV_FULL = 0.98  # at or above this, the next block allocation preempts
@@ -499,7 +500,7 @@ def timeline_figure(dep: DeploymentReport) -> go.Figure:
                     axis,
                     lambda w: w.waiting_for_capacity_max,
                     0,
-                    "waiting for KV capacity",
+                    "waiting, not skipped (slot, budget or KV)",
                     COLORS["waiting_capacity"],
                     ".0f",
                     "dash",
@@ -513,9 +514,9 @@ def timeline_figure(dep: DeploymentReport) -> go.Figure:
                 _scatter(
                     len(windows),
                     mode="markers",
-                    name="queue-bound (KV to spare)",
+                    name="saturated (a limit pinned)",
                     marker={"color": COLORS["waiting"], "symbol": "diamond-open", "size": 7},
-                    hovertemplate="queue-bound: %{y} waiting with KV to spare<extra></extra>",
+                    hovertemplate="saturated: %{y} waiting behind a pinned limit<extra></extra>",
                     **axis.markers([w.waiting_max if w.queue_bound else None for w in windows]),
                 ),
                 2,
@@ -894,6 +895,9 @@ def verdict_card_html(dep: DeploymentReport) -> str:
         f" · {len(dep.episodes)} over-capacity episode{'s' if len(dep.episodes) != 1 else ''}"
         f" · {len(dep.windows)} windows</p>",
     ]
+    limit = limit_line(verdict)
+    if limit is not None:
+        parts.append(f'<p class="limit" data-limit="{esc(verdict.limit)}">{esc(limit)}</p>')
     if verdict.evidence:
         parts.append('<h3>Evidence</h3><table class="evidence"><tbody>')
         for ev in verdict.evidence:

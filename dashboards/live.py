@@ -58,6 +58,7 @@ def deployment_summaries(report: Report) -> list[dict[str, Any]]:
                 "state": dep.verdict.state,
                 "state_label": STATE_LABELS.get(dep.verdict.state, dep.verdict.state),
                 "problem": dep.verdict.problem,
+                "limit": dep.verdict.limit,
                 "preemptions": dep.preemptions.total,
                 "preemptions_exact": dep.preemptions.exact,
                 "episodes": len(dep.episodes),

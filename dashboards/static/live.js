@@ -97,6 +97,7 @@
       parts.push(row.preemptions === null ? "no preemption count"
         : row.preemptions.toLocaleString() + " preemptions" + (row.preemptions_exact ? "" : " (lower bound)"));
       parts.push(row.episodes + " over-capacity episode" + (row.episodes === 1 ? "" : "s"));
+      if (row.limit && row.limit !== "none" && row.limit !== "unknown") parts.push("limit: " + row.limit);
       if (row.kv_usage_max !== null) parts.push("KV " + (100 * row.kv_usage_max).toFixed(0) + "% (last window)");
       info.textContent = parts.join(" · ");
       li.appendChild(badge); li.appendChild(link); li.appendChild(info);

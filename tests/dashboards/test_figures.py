@@ -253,7 +253,7 @@ def test_analyzer_extras_are_shown() -> None:
         preemptions=replace(dep.preemptions, cache_reset_preemptions=12, since_start=99_999),
     )
     data = traces(F.timeline_figure(dep))
-    assert data["queue-bound (KV to spare)"]["y"] == [None, 9]
+    assert data["saturated (a limit pinned)"]["y"] == [None, 9]
     bars = F.capacity_figure(dep).to_dict()["data"][0]
     assert bars["y"][1] == "KV fits: observed 1,148 tokens/request"
     assert bars["x"][1] == 40.0  # 45,920 / 1,148
