@@ -133,7 +133,10 @@ def advise(
         return AdvicePlan([])
     p = params if params is not None else AnalysisParams()
     head = _priorities(verdict)
-    built = replay() if replay is not None else None
+    try:
+        built = replay() if replay is not None else None
+    except ConfigError:
+        built = None  # settings no engine would start with: nothing to replay
     if built is None or not built.replayable:
         return AdvicePlan(_rank(head + _fallback(verdict, capacity, windows, p)))
     try:

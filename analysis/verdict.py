@@ -345,9 +345,14 @@ def limit_line(verdict: Verdict) -> str | None:
 
 def limit_evidence(limit: LimitName, f: LimitFinding) -> Evidence:
     quotes: dict[str, float | int | str | None] = {"verdict.limit": limit}
-    for name in ("max_num_seqs", "peak_running", "peak_waiting", "tokens_per_step"):
+    # The figures limit_sentence writes for this limit, as the JSON holds them.
+    said = {
+        LIMIT_SEQS: ("max_num_seqs", "peak_running", "peak_waiting"),
+        LIMIT_BUDGET: ("max_num_batched_tokens", "tokens_per_step", "peak_waiting"),
+    }.get(limit, ())
+    for name in said:
         value = getattr(f, name)
-        if value is not None and f"{value:.0f}" in f.reason.replace(",", ""):
+        if value is not None:
             quotes[f"verdict.limit_detail.{name}"] = value
     return Evidence("limit", f"limit: {f.reason}", None, quotes)
 

@@ -76,8 +76,16 @@ def deployments(draw: st.DrawFn) -> DeploymentInputs:
     if draw(st.booleans()) and n:
         reqs = [request(i * step, draw(st.floats(0.1, 30.0))) for i in range(n)]
         latencies = latencies_frame(reqs)
+    # The cap and the budget printed or not, so the limit is measured, inferred or unknown.
+    config: dict[str, str] = {}
+    if draw(st.booleans()):
+        config["max_num_seqs"] = str(draw(st.integers(1, 64)))
+    if draw(st.booleans()):
+        config["max_num_batched_tokens"] = str(draw(st.sampled_from([64, 256, 2048, 8192])))
     return DeploymentInputs(
-        "d", logs=[logframes(rows, warnings, era=era, version=version)], latencies=latencies
+        "d",
+        logs=[logframes(rows, warnings, config=config, era=era, version=version)],
+        latencies=latencies,
     )
 
 
@@ -85,6 +93,23 @@ def deployments(draw: st.DrawFn) -> DeploymentInputs:
 @given(deployments())
 def test_evidence_quotes_the_json(inputs: DeploymentInputs) -> None:
     check_quotes(analyze([inputs], P).to_dict()["deployments"][0])
+
+
+@settings(max_examples=100, deadline=None)
+@given(deployments())
+def test_the_limit_follows_the_windows(inputs: DeploymentInputs) -> None:
+    """A named limit held requests back in flagged windows; a saturated window is never ok."""
+    dep = analyze([inputs], P).deployments[0]
+    v, f = dep.verdict, dep.verdict.limit_detail
+    assert f is not None and f.reason
+    flagged = [w for w in dep.windows if (w.over_capacity or w.queue_bound) and not w.idle]
+    if v.limit in ("kv_cache", "max_num_seqs", "max_num_batched_tokens"):
+        assert f.windows[v.limit] == sum(1 for w in flagged if v.limit in w.limits) > 0
+        assert v.state != "ok" or not any(w.queue_bound for w in dep.windows)
+    if v.state == "ok":
+        assert not any(w.queue_bound for w in dep.windows if w.samples)
+    if v.state == "insufficient_data":
+        assert v.limit == "unknown"
 
 
 @settings(max_examples=100, deadline=None)
