@@ -698,12 +698,14 @@ def _raise_max_num_seqs(
         if capacity.kv_cache_tokens and capacity.mean_tokens_per_request
         else None
     )
+    # The observed KV sizes it: the worst case of every request at its full length at once
+    # (KV tokens / tokens per request) ignores shared prefixes and requests that finish early,
+    # and is only said (the replay checks the number where it can).
     suggested = by_kv
     if fit is not None and fit < by_kv:
-        suggested = fit
         why += (
             f"; {capacity.kv_cache_tokens:,} KV tokens / {capacity.mean_tokens_per_request:,.0f}"
-            f" tokens per request = {fit}"
+            f" tokens per request = {fit} at their full length at once"
         )
     if suggested <= base:
         return None
