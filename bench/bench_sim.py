@@ -5,7 +5,7 @@ Prints Markdown tables for docs/simulator.md ("Speed") and docs/benchmarks.md ("
 
 1. engine runs (synthetic hours, the demo): this tree's `simulate` and REV's (default HEAD~1),
    alternating, best of --repeat; each pair's outputs are checked bit for bit as well;
-2. the advice check (`advice._check`: the replay of now and every candidate) on the demo's
+2. the advice (`advice.advise`: the replay of now and every candidate) on the demo's
    over-capacity A10G (log + /metrics + bench) and on --log FILE (e.g. a log from
    bench/gen_logs.py), with REV's advice.py and engine against this tree's, the replay memo
    cleared before each call (cold, as `report` pays it once per deployment).
@@ -104,7 +104,7 @@ def captured(paths: list[str], metrics: list[str], bench: list[str]) -> tuple[An
     def spy(verdict: Any, capacity: Any, windows: Any, params: Any, replay: Any) -> Any:
         if not seen and verdict.state in ("over_capacity", "at_risk"):
             seen.append((verdict, capacity, windows, params, replay()))
-        return []
+        return advice.AdvicePlan([])
 
     with mock.patch.object(analyze, "advise", spy):
         analyze.analyze(load_inputs(paths, metrics, bench), analyze.AnalysisParams())
@@ -120,9 +120,8 @@ ADVICE_HEADER = (
 
 
 def advice_row(modules: dict[str, Any], label: str, data: tuple[Any, ...], repeat: int) -> None:
-    """`advice._check` of REV (its advice.py and engine) and of this tree, memo cleared."""
+    """`advice.advise` of REV (its advice.py and engine) and of this tree, memo cleared."""
     verdict, capacity, windows, params, replay = data
-    items = advice._heuristics(verdict, capacity, windows, params)
     calls = {"old": 0, "new": 0}
 
     def checked(which: str, check: Any, engine: Any) -> Any:
@@ -135,14 +134,15 @@ def advice_row(modules: dict[str, Any], label: str, data: tuple[Any, ...], repea
 
         observed._MEMO.clear()
         with mock.patch.object(observed, "simulate", run):
-            return check(items, replay, capacity)
+            found = check(verdict, capacity, windows, params, replay=lambda: replay)
+        return getattr(found, "items", found)  # a list of Advice before AdvicePlan
 
-    old_check, old_engine = modules["advice"]._check, modules["engine"].simulate
-    same = checked("old", old_check, old_engine) == checked("new", advice._check, simulate)
+    old_check, old_engine = modules["advice"].advise, modules["engine"].simulate
+    same = checked("old", old_check, old_engine) == checked("new", advice.advise, simulate)
     runs = f"{calls['old']} / {calls['new']}"
     t_old, t_new = best(
         lambda: checked("old", old_check, old_engine),
-        lambda: checked("new", advice._check, simulate),
+        lambda: checked("new", advice.advise, simulate),
         repeat,
     )
     print(f"| {label} | {len(replay.workload):,} | {runs} | {t_old:.2f} s | {t_new:.2f} s | "

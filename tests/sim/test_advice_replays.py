@@ -1,4 +1,4 @@
-"""The advice check skips replays it can prove identical, and says the same as without."""
+"""The advice skips replays it can prove identical, and says the same as without."""
 
 from __future__ import annotations
 
@@ -8,22 +8,21 @@ from typing import Any
 import pytest
 from preemptscope.analysis import advice
 from preemptscope.analysis.kvmodel import GPU_PRESETS
-from preemptscope.analysis.report import Advice, Capacity
+from preemptscope.analysis.report import Advice, Capacity, Verdict
 from preemptscope.analysis.sim import engine, observed
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.observed import ObservedFigures, Replay
 
 from tests.sim.traffic import long_chat
 
+VERDICT = Verdict("over_capacity", [], "capacity", "kv_cache")
 
-def _items() -> list[Advice]:
-    return [
-        Advice(0, "lower_max_num_seqs", "--max-num-seqs", "256", "200", "Fewer requests."),
-        Advice(0, "lower_max_num_batched_tokens", "--max-num-batched-tokens", "8192", "4096", "."),
-        Advice(0, "raise_gpu_memory_utilization", "--gpu-memory-utilization", "0.90", "0.95", "."),
-        advice._more_gpus(Capacity(), "tensor"),
-        advice._more_gpus(Capacity(), "pipeline"),
-    ]
+
+def _as_observed(replay: Replay) -> Replay:
+    """The replay with its own run of now as what was observed: the advice is verified."""
+    now = replay.run()
+    seen = ObservedFigures(now.requests, now.preemptions, now.output_throughput, now.e2e_p99)
+    return dataclasses.replace(replay, observed=seen)
 
 
 def _checked(replay: Replay, capacity: Capacity, *, skipping: bool) -> tuple[list[Advice], int]:
@@ -43,7 +42,7 @@ def _checked(replay: Replay, capacity: Capacity, *, skipping: bool) -> tuple[lis
         patch.setattr(observed, "simulate", counted)
         if not skipping:
             patch.setattr(advice, "_replayed", always)
-        out = advice._check(_items(), replay, capacity)
+        out = advice.advise(VERDICT, capacity, [], replay=lambda: replay).items
     observed._MEMO.clear()
     return out, runs
 
@@ -56,13 +55,13 @@ def test_skipped_replays_change_no_advice(blocks: int) -> None:
         step_cost=None,
     )
     workload = long_chat(rate=0.6, duration=150.0, seed=11)
-    replay = Replay(workload, config, ObservedFigures(requests=len(workload)))
+    replay = _as_observed(Replay(workload, config, ObservedFigures(requests=len(workload))))
     capacity = Capacity(max_num_seqs=256, peak_running=256, gpu_memory_utilization=0.9)
     skipped, fewer = _checked(replay, capacity, skipping=True)
     every, all_runs = _checked(replay, capacity, skipping=False)
     assert skipped == every
     assert fewer < all_runs  # TP and PP over two GPUs are one run; caps above the peak none
-    assert any(a.verified for a in skipped)
+    assert skipped and all(a.verified for a in skipped)
 
 
 def test_a_cap_above_the_peak_is_not_replayed() -> None:
