@@ -214,7 +214,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
             evidence_first=row["evidence_first"],
             evidence_last=row["evidence_last"],
             tokens_per_step=row["tokens_per_step"],
-            budget_step_share=row["budget_step_share"],
+            tokens_per_step_source=row["tokens_per_step_source"],
             limits=list(row["limits"] or []),
         )
         for i, row in enumerate(table.iter_rows(named=True))

@@ -48,10 +48,8 @@ class AnalysisParams:
     # last window (demand above the service rate); a steady queue is only "at risk".
     queue_growth: float = 2.0
     # The token budget binds when a window's steps schedule at least this fraction of
-    # max_num_batched_tokens on average (stats lines' throughputs), or when at least
-    # budget_step_share of its engine iterations fall in the histogram bucket holding the budget.
+    # max_num_batched_tokens on average (iteration_tokens histogram, else the stats lines).
     budget_full_fraction: float = 0.9
-    budget_step_share: float = 0.5
     # max_num_seqs not printed: inferred from a plateau, the running count's peak held on at
     # least plateau_share of the stats records (or scrapes) with a queue, and on at least
     # plateau_records of them.

@@ -74,10 +74,10 @@ class Window:
     # overload; null when the window is not over capacity or its evidence has no time.
     evidence_first: datetime | None = None
     evidence_last: datetime | None = None
-    # Mean tokens per engine step: measured (iteration_tokens histogram) or estimated from the
-    # stats lines' throughputs (docs/report.md); the share of steps at the token budget.
+    # Mean tokens per engine step: measured ("iteration_tokens": the histogram's _sum / _count
+    # increases) or estimated from the stats lines' throughputs ("stats_estimate").
     tokens_per_step: float | None = None
-    budget_step_share: float | None = None
+    tokens_per_step_source: Literal["iteration_tokens", "stats_estimate"] | None = None
     # The scheduler limits that held requests back in this window: "kv_cache", "max_num_seqs",
     # "max_num_batched_tokens" (empty: none did, or the data cannot tell).
     limits: list[str] = field(default_factory=list)
@@ -161,6 +161,7 @@ class LimitFinding:
     peak_waiting: int | None = None
     peak_kv_usage: float | None = None
     tokens_per_step: float | None = None  # the highest window mean in the flagged windows
+    tokens_per_step_source: Literal["iteration_tokens", "stats_estimate"] | None = None
     # Chosen by the replay: predicted e2e p99 (s) when each binding limit is doubled.
     relief_e2e_p99: dict[str, float | None] = field(default_factory=dict)
 

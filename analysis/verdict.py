@@ -243,7 +243,8 @@ def find_limit(
     running = [w.running_max for w in pool if w.running_max is not None]
     waiting = [w.waiting_max for w in pool if w.waiting_max is not None]
     kv = [w.kv_usage_max for w in pool if w.kv_usage_max is not None]
-    steps = [w.tokens_per_step for w in pool if w.tokens_per_step is not None]
+    steps = [w for w in pool if w.tokens_per_step is not None]
+    busiest = max(steps, key=lambda w: w.tokens_per_step or 0.0) if steps else None
     base = LimitFinding(
         reason="",
         windows={n: c for n, c in counts.items() if c},
@@ -254,7 +255,8 @@ def find_limit(
         peak_running=max(running) if running else None,
         peak_waiting=max(waiting) if waiting else None,
         peak_kv_usage=max(kv) if kv else None,
-        tokens_per_step=round(max(steps), 1) if steps else None,
+        tokens_per_step=round(busiest.tokens_per_step or 0.0, 1) if busiest else None,
+        tokens_per_step_source=busiest.tokens_per_step_source if busiest else None,
     )
     if binding:
         finding = dataclasses.replace(base, also=[str(n) for n in binding[1:]])
@@ -264,7 +266,7 @@ def find_limit(
         )
     if flagged:
         budget = (
-            f"max_num_batched_tokens is not printed (steps scheduled up to about "
+            f"max_num_batched_tokens is not printed (steps scheduled about "
             f"{base.tokens_per_step:.0f} tokens)"
             if base.tokens_per_step is not None and capacity.max_num_batched_tokens is None
             else "the token budget cannot be measured (no throughput figures)"
@@ -322,8 +324,13 @@ def limit_sentence(limit: LimitName, f: LimitFinding) -> str:
             if f.max_num_batched_tokens is not None
             else "(budget not printed; slots and KV were free)"
         )
+        how = (
+            "vllm:iteration_tokens_total"
+            if f.tokens_per_step_source == "iteration_tokens"
+            else "estimated from the stats lines"
+        )
         steps = (
-            f"steps scheduled up to about {f.tokens_per_step:.0f} tokens {budget}"
+            f"steps scheduled about {f.tokens_per_step:.0f} tokens on average ({how}) {budget}"
             if f.tokens_per_step is not None
             else f"requests waited with slots and KV free {budget}"
         )

@@ -59,7 +59,7 @@ WINDOW_COLUMNS: dict[str, pl.DataType] = {
     "evidence_first": TIMESTAMP,
     "evidence_last": TIMESTAMP,
     "tokens_per_step": pl.Float64(),
-    "budget_step_share": pl.Float64(),
+    "tokens_per_step_source": pl.String(),
     "limits": pl.List(pl.String()),
 }
 
@@ -472,38 +472,36 @@ def _running_points(stats: pl.DataFrame, metrics: pl.DataFrame | None) -> pl.Dat
     return wide.select("key", running=pl.col(M_RUNNING), waiting=pl.col(M_WAITING)).drop_nulls()
 
 
-def budget_step_shares(
-    metrics: pl.DataFrame | None,
-    grid: Sequence[int],
-    params: AnalysisParams,
-    budget: int | None,
+def iteration_tokens_means(
+    metrics: pl.DataFrame | None, grid: Sequence[int], params: AnalysisParams
 ) -> list[float | None]:
-    """Per window, the share of engine iterations that scheduled about the whole token budget.
+    """Per window, the mean tokens per engine step from vllm:iteration_tokens_total.
 
-    From vllm:iteration_tokens_total (tokens computed per engine step). Its default buckets
-    are powers of two (1, 8, 16, ... 8192), so the histogram can only tell that a step
-    scheduled more than half the budget: the bucket holding max_num_batched_tokens (and any
-    above it) counts as at the budget. None: no budget known, or no pair of scrapes.
+    vLLM observes each step's generated tokens plus the prompt tokens of the requests whose
+    prefill finished in it, so with chunked prefill one step's observation is not what it
+    scheduled (a long prompt lands whole on its last chunk's step); over a window every token
+    is counted once, so the increase of _sum over that of _count is the mean scheduled per
+    step. None: no pair of scrapes in the window.
     """
-    if metrics is None or budget is None or budget <= 0 or not grid:
+    if metrics is None or not grid:
         return [None] * len(grid)
-    if metrics.filter(pl.col("metric") == M_ITERATION_TOKENS).is_empty():
+    rows = metrics.filter(
+        (pl.col("metric") == M_ITERATION_TOKENS) & pl.col("sample").is_in(["sum", "count"])
+    )
+    if rows.is_empty():
         return [None] * len(grid)
     bounds = [(window_start(w, params), window_start(w + 1, params)) for w in grid]
-    out: list[float | None] = []
-    for counts in latency.histogram_windows_counts(metrics, M_ITERATION_TOKENS, bounds):
-        if not counts:
-            out.append(None)
-            continue
-        total = sum(c for _, c in counts)
-        lower = 0.0
-        full = 0.0
-        for le, c in counts:
-            if (le >= budget and lower * 2 >= budget) or lower >= budget:
-                full += c
-            lower = le
-        out.append(full / total if total > 0 else None)
-    return out
+    parts = {}
+    for kind in ("sum", "count"):
+        # Each as a counter of its own (the window conventions of analysis/latency.py).
+        series = rows.filter(pl.col("sample") == kind).with_columns(
+            metric=pl.lit(f"{M_ITERATION_TOKENS}_{kind}"), sample=pl.lit("value")
+        )
+        parts[kind] = latency.counter_increases(series, f"{M_ITERATION_TOKENS}_{kind}", bounds)
+    return [
+        total / steps if total is not None and steps else None
+        for total, steps in zip(parts["sum"], parts["count"], strict=True)
+    ]
 
 
 _GRID_SLICE = 1 << 20  # rows per slice in data_windows
@@ -585,8 +583,8 @@ def build_window_table(
     table = table.join(_or_empty(s, _STATS_COLS), on="win", how="left")
     table = table.join(_or_empty(m, METRIC_WINDOW_COLUMNS), on="win", how="left")
     table = table.join(v, on="win", how="left")
-    shares = budget_step_shares(metrics, grid, params, max_num_batched_tokens)
-    table = table.with_columns(b_share=pl.Series(shares, dtype=pl.Float64()))
+    means = iteration_tokens_means(metrics, grid, params)
+    table = table.with_columns(it_mean=pl.Series(means, dtype=pl.Float64()))
     counts = v0.warning_lines > 0 or bool(v0_warns)
     return _derive(
         table,
@@ -755,18 +753,23 @@ def _derive(
         | ((pl.col("s_pinned_share") >= p.pinned_persistence) & (pl.col("s_pinned_records") >= 2))
     ).fill_null(False)
     queue = ~pl.col("idle") & (waiting >= 1) & (waiting >= p.queue_fraction * running) & persistent
-    # Tokens per step, estimated: every decoding request gets one token a step and at most
+    # Tokens per step: measured from the iteration_tokens histogram where it was scraped; else
+    # estimated from the stats lines: every decoding request gets one token a step and at most
     # `running` decode, so steps/s >= generation throughput / running, and tokens per step <=
     # (prompt + generation throughput) x running / generation throughput: exact when every
     # running request decodes, an overestimate by the share still prefilling.
     gen = pl.col("generation_throughput")
+    # (At least a token a second per running request: below that most of them are still
+    # prefilling, and the bound means nothing.)
+    estimate = pl.when((pl.col("running_mean") > 0) & (gen >= pl.col("running_mean"))).then(
+        (pl.col("prompt_throughput").fill_null(0) + gen) * pl.col("running_mean") / gen
+    )
     t = t.with_columns(
-        # (At least a token a second per running request: below that most of them are still
-        # prefilling, and the bound means nothing.)
-        tokens_per_step=pl.when(
-            (pl.col("running_mean") > 0) & (gen >= pl.col("running_mean"))
-        ).then((pl.col("prompt_throughput").fill_null(0) + gen) * pl.col("running_mean") / gen),
-        budget_step_share=pl.col("b_share"),
+        tokens_per_step=pl.coalesce("it_mean", estimate),
+        tokens_per_step_source=pl.when(pl.col("it_mean").is_not_null())
+        .then(pl.lit("iteration_tokens"))
+        .when(estimate.is_not_null())
+        .then(pl.lit("stats_estimate")),
     )
     if max_num_seqs:
         at_cap = pl.col("s_batch_full").fill_null(
@@ -776,10 +779,8 @@ def _derive(
         at_cap = pl.lit(False)
     kv_pinned = pl.col("kv_usage_max").fill_null(0) >= p.kv_high
     if max_num_batched_tokens:
-        measured = (pl.col("budget_step_share") >= p.budget_step_share) | (
-            pl.col("tokens_per_step") >= p.budget_full_fraction * max_num_batched_tokens
-        )
-        known = pl.col("budget_step_share").is_not_null() | pl.col("tokens_per_step").is_not_null()
+        measured = pl.col("tokens_per_step") >= p.budget_full_fraction * max_num_batched_tokens
+        known = pl.col("tokens_per_step").is_not_null()
     else:
         measured, known = pl.lit(False), pl.lit(False)
     # Budget unmeasured (no throughput figures): what is left once slots and KV are free, for

@@ -171,3 +171,45 @@ def test_a_v0_server_with_thousands_pending_is_not_ok() -> None:
     assert dep.verdict.limit == "max_num_seqs"
     f = dep.verdict.limit_detail
     assert f is not None and (f.max_num_seqs, f.max_num_seqs_source) == (600, "inferred")
+
+
+def test_metrics_alone_give_the_plateau_and_the_budget_histogram() -> None:
+    """Scrapes only (no log): running held at 8 behind a queue reads as max_num_seqs 8
+    (inferred); iteration_tokens' mean at the printed budget reads as the budget."""
+    from preemptscope.analysis.analyze import DeploymentInputs
+
+    from .builders import logframes, metrics_frame, sample
+
+    rows = []
+    for i in range(12):
+        t = i * 15.0
+        rows += [
+            sample(t, "num_requests_running", 8),
+            sample(t, "num_requests_waiting", 30),
+            sample(t, "kv_cache_usage_perc", 0.3),
+        ]
+    (dep,) = analyze([DeploymentInputs("d", metrics=metrics_frame(rows))]).deployments
+    f = dep.verdict.limit_detail
+    assert dep.verdict.limit == "max_num_seqs" and f is not None
+    assert (f.max_num_seqs, f.max_num_seqs_source) == (8, "inferred")
+    assert dep.verdict.state == "over_capacity"  # 3 minutes of it
+
+    # Steps at a 512-token budget (histogram), slots and KV free: the budget binds.
+    hist = []
+    for i in range(12):
+        t = i * 15.0
+        hist += [
+            sample(t, "num_requests_running", 3 + i % 3),
+            sample(t, "num_requests_waiting", 30),
+            sample(t, "kv_cache_usage_perc", 0.3),
+        ]
+        # 50 steps each 15 s, 490 tokens a step on average (the histogram's sum / count).
+        for kind, value in (("sum", 490.0 * 50 * i), ("count", 50.0 * i)):
+            hist.append(sample(t, "iteration_tokens", value, kind="histogram", sample_kind=kind))
+    # The budget and the cap from the startup lines (cache_config_info has no scheduler flags).
+    startup = logframes([], config={"max_num_batched_tokens": "512", "max_num_seqs": "64"})
+    inputs = DeploymentInputs("d", logs=[startup], metrics=metrics_frame(hist))
+    (dep,) = analyze([inputs]).deployments
+    assert dep.verdict.limit == "max_num_batched_tokens", limit_line(dep.verdict)
+    measured = [w for w in dep.windows if w.tokens_per_step_source == "iteration_tokens"]
+    assert measured and all(w.tokens_per_step == 490.0 for w in measured)
