@@ -901,6 +901,8 @@ def verdict_card_html(dep: DeploymentReport) -> str:
     if verdict.evidence:
         parts.append('<h3>Evidence</h3><table class="evidence"><tbody>')
         for ev in verdict.evidence:
+            if ev.code == "limit" and limit is not None:
+                continue  # the limit line above says it
             parts.append(
                 f'<tr data-code="{esc(ev.code)}"><td class="num">{esc(_fmt_value(ev.value))}</td>'
                 f"<td>{esc(ev.message)}</td></tr>"
