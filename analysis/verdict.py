@@ -287,10 +287,11 @@ def find_limit(
             reason="the inputs show no running or waiting counts (stats lines or /metrics "
             "gauges), so no limit can be measured",
         )
+    kv_peak = f" (KV peak {_pct(max(kv))})" if kv else ""
     return "none", dataclasses.replace(
         base,
         reason=f"nothing held requests back: no preemption and no persistent queue in "
-        f"{len(active)} active window(s)",
+        f"{len(active)} active window(s){kv_peak}",
     )
 
 
