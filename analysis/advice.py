@@ -153,7 +153,7 @@ def advise(
             new = explorer.outcome(knob.key, value)
             if new is None or not helps(now, new):
                 continue
-            score = (_sig(new.e2e_p99), -_sig(new.output_throughput), ORDER[knob.action])
+            score = _score(now, new, knob)
             if best is None or score < best[0]:
                 best = (score, value, new)
         if best is None:
@@ -181,6 +181,17 @@ def _label(check: Fidelity) -> str:
     """'Verified: ...' / 'Unverified: the replay of now is off by ...' (fidelity's words)."""
     text = check.describe()
     return text[0].upper() + text[1:]
+
+
+def _score(now: WhatIfOutcome, new: WhatIfOutcome, knob: Knob) -> tuple[Any, ...]:
+    """Rank key: predicted e2e p99, then tok/s, then vLLM's order. A change that only saves
+    preemptions (p99 and tok/s within SAME of now) gains nothing the replay can tell apart:
+    it ranks after those that do, in vLLM's order."""
+    tput = _change(new.output_throughput, now.output_throughput) or 0.0
+    p99 = _change(new.e2e_p99, now.e2e_p99) or 0.0
+    if abs(p99) <= SAME and abs(tput) <= SAME:
+        return (1, 0.0, 0.0, ORDER[knob.action])
+    return (0, _sig(new.e2e_p99), -_sig(new.output_throughput), ORDER[knob.action])
 
 
 def helps(now: WhatIfOutcome, new: WhatIfOutcome) -> bool:
