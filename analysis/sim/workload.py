@@ -5,6 +5,8 @@ Pure and seeded: the same arguments and seed give the same arrays.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -65,11 +67,23 @@ class Workload:
     priority: IntArray  # vLLM semantics: lower value = served first
     request_ids: tuple[str, ...] = ()
     description: dict[str, Any] = field(default_factory=dict)
+    # Shared prefixes (a system prompt): requests of one group (>= 0; -1: none) start with
+    # the same `prefix_tokens` tokens, which vLLM's prefix cache computes once and shares.
+    prefix_group: IntArray | None = None
+    prefix_tokens: IntArray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival)
         if not (len(self.prompt_len) == len(self.output_len) == len(self.priority) == n):
             raise ConfigError("workload arrays differ in length")
+        if (self.prefix_group is None) != (self.prefix_tokens is None):
+            raise ConfigError("workload prefix_group and prefix_tokens go together")
+        if self.prefix_group is not None and self.prefix_tokens is not None:
+            if not len(self.prefix_group) == len(self.prefix_tokens) == n:
+                raise ConfigError("workload prefix arrays differ in length from arrivals")
+            grouped = self.prefix_group >= 0
+            if n and np.any(self.prefix_tokens[grouped] >= self.prompt_len[grouped]):
+                raise ConfigError("a shared prefix must be shorter than the prompt")
         if self.request_ids and len(self.request_ids) != n:
             raise ConfigError("workload request_ids differ in length from arrivals")
         if n and (np.any(np.diff(self.arrival) < 0) or self.arrival[0] < 0):
@@ -86,6 +100,24 @@ class Workload:
 
     def ids(self) -> tuple[str, ...]:
         return self.request_ids or tuple(f"req-{i}" for i in range(len(self)))
+
+    @property
+    def shares_prefixes(self) -> bool:
+        return self.prefix_group is not None and bool(np.any(self.prefix_group >= 0))
+
+    def digest(self) -> str:
+        """Everything a simulation reads from the workload, hashed (a cache key)."""
+        h = hashlib.sha1()
+        arrays = [self.arrival, self.prompt_len, self.output_len, self.priority]
+        if self.prefix_group is not None and self.prefix_tokens is not None:
+            arrays += [self.prefix_group, self.prefix_tokens]
+        for a in arrays:
+            h.update(np.ascontiguousarray(a).tobytes())
+            h.update(b"|")
+        return h.hexdigest()
+
+    def with_prefix(self, group: IntArray | None, tokens: IntArray | None) -> Workload:
+        return dataclasses.replace(self, prefix_group=group, prefix_tokens=tokens)
 
 
 def _arrivals(
