@@ -622,6 +622,14 @@ def _as_float(value: Any) -> float | None:
     return number if number is not None and math.isfinite(number) else None
 
 
+def _as_bool(value: Any) -> bool | None:
+    """A flag as vLLM prints it (True/False in args and config lines, true/false elsewhere)."""
+    text = _clean(value)
+    if text is None:
+        return None
+    return {"true": True, "1": True, "false": False, "0": False}.get(text.lower())
+
+
 def capacity_facts(
     logs: Sequence[LogFrames],
     metrics: pl.DataFrame | None,
@@ -678,6 +686,7 @@ def capacity_facts(
         model=_clean(config.get("served_model_name") or config.get("model")),
         gpu_memory_total_gib=kv_value("memory_total"),
         max_model_len=_as_int(config.get("max_model_len")),
+        enable_prefix_caching=_as_bool(config.get("enable_prefix_caching")),
         mean_tokens_per_request=_mean_tokens(latencies, metrics),
         peak_running=max(running) if running else None,
     )

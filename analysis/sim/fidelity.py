@@ -2,8 +2,9 @@
 
 One rule for every "verified" label (the advice, `whatif`, the report): a prediction is only
 as good as the replay of now. Each figure the deployment showed must be matched within its
-tolerance; a figure it did not show is not checked, and at least one rate or latency figure
-must be there to check. Pure: two summaries in, a verdict out.
+tolerance (tok/s 10 %, e2e p99 15 %, preemptions max(2, 20 %), and the e2e p99 of each
+priority class the client rows show 20 %); a figure it did not show is not checked, and at
+least one rate or latency figure must be there to check. Pure: two summaries in, a verdict out.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ TOL_THROUGHPUT = 0.10  # output tok/s, relative
 TOL_E2E_P99 = 0.15  # e2e p99, relative
 TOL_PREEMPTIONS = 0.20  # relative, but never tighter than ...
 TOL_PREEMPTIONS_ABS = 2  # ... this many preemptions
+TOL_CLASS_E2E_P99 = 0.20  # e2e p99 of each priority class, relative
+CLASS_PREFIX = "e2e_p99:priority="  # a class check's name: CLASS_PREFIX + the priority
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,11 @@ class FigureCheck:
     def describe(self) -> str:
         if self.name == "preemptions":
             return f"{self.replayed:,.0f} preemptions vs {self.observed:,.0f} observed"
+        if self.name.startswith(CLASS_PREFIX):
+            cls = self.name.removeprefix(CLASS_PREFIX)
+            return (
+                f"{self.replayed:,.2f} s e2e p99 of priority {cls} vs {self.observed:,.2f} observed"
+            )
         unit = "tok/s" if self.name == "output_throughput" else "s e2e p99"
         fmt = ",.0f" if self.name == "output_throughput" else ",.2f"
         return f"{self.replayed:{fmt}} {unit} vs {self.observed:{fmt}} observed"
@@ -116,4 +124,16 @@ def fidelity(observed: ObservedFigures, now: WhatIfOutcome) -> Fidelity:
                 abs(now.preemptions - observed.preemptions) <= tol,
             )
         )
+    for cls, seen in observed.per_priority.items():
+        want = seen.get("e2e_p99")
+        got = now.per_priority.get(cls, {}).get("e2e_p99")
+        if want is not None and got is not None:
+            checks.append(
+                FigureCheck(
+                    CLASS_PREFIX + cls,
+                    float(got),
+                    float(want),
+                    _relative(float(got), float(want), TOL_CLASS_E2E_P99),
+                )
+            )
     return Fidelity(tuple(checks))

@@ -21,12 +21,14 @@ from preemptscope import jsonout
 from preemptscope.analysis.analyze import AnalysisParams, analyze_deployment
 from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS, gpu_preset
 from preemptscope.analysis.sim.config import SimConfig
+from preemptscope.analysis.sim.fidelity import fidelity
 from preemptscope.analysis.sim.observed import (
     Replay,
     build_replay,
     check_changes,
     describe_cost,
     fit_line,
+    hit_rate_note,
     replay_inputs,
 )
 from preemptscope.analysis.sim.whatif import WhatIfOutcome, fmt_seconds
@@ -202,6 +204,10 @@ def run(args: argparse.Namespace) -> int:
     candidate = replay.run(changes, until=until) if changes else None
     curve = [replay.run({"max_num_seqs": v}, until=until) for v in values]
     workload = replay.workload
+    check = fidelity(replay.observed, now)
+    notes = [*replay.assumptions]
+    if (sharing := hit_rate_note(replay, now)) is not None:
+        notes.append(sharing)
     if args.json:
         body: dict[str, Any] = {
             "sources": sources,
@@ -209,9 +215,10 @@ def run(args: argparse.Namespace) -> int:
             "settings": now.settings,
             "calibration": describe_cost(replay.config),
             "step_cost": _cost_dict(replay),
-            "assumptions": replay.assumptions,
+            "assumptions": notes,
             "observed": replay.observed.__dict__,
             "now": now.__dict__,
+            "fidelity": check.to_dict(),
         }
         if candidate is not None:
             body["whatif"] = {
@@ -230,11 +237,14 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"Inputs: {', '.join(sources)}")
     console.print(f"Workload: {len(workload)} requests ({replay.workload_basis})")
     console.print(f"Step cost: {describe_cost(replay.config)}")
-    for note in replay.assumptions:
+    for note in notes:
         console.print(f"[yellow]Assumed:[/yellow] {note}")
     console.print(_fit_table(replay, now))
+    console.print(f"Replay of now: {check.describe()}")
     if candidate is not None:
         console.print(_comparison(changes, now, candidate))
+        if now.per_priority or candidate.per_priority:
+            console.print(_classes(replay, now, candidate))
     if curve:
         console.print(_curve(curve))
     console.print(
@@ -282,6 +292,42 @@ def _comparison(changes: dict[str, Any], now: WhatIfOutcome, new: WhatIfOutcome)
         table.add_column(column, justify="right")
     table.add_row(*_row("now", now))
     table.add_row(*_row("new", new))
+    return table
+
+
+def _classes(replay: Replay, now: WhatIfOutcome, new: WhatIfOutcome) -> Table:
+    """Per priority class: observed, now and new e2e / TTFT p99 and preemptions."""
+    table = Table(title="Per priority class (lower is served first under priority)")
+    for column in (
+        "priority",
+        "requests",
+        "e2e p99 seen",
+        "e2e p99 now",
+        "e2e p99 new",
+        "ttft p99 now",
+        "ttft p99 new",
+        "preempt now",
+        "preempt new",
+    ):
+        table.add_column(column, justify="right")
+    seen = replay.observed.per_priority
+    for cls in sorted(set(now.per_priority) | set(new.per_priority), key=int):
+        a, b, o = now.per_priority.get(cls, {}), new.per_priority.get(cls, {}), seen.get(cls, {})
+
+        def sec(v: float | int | None) -> str:
+            return fmt_seconds(None if v is None else float(v))
+
+        table.add_row(
+            cls,
+            f"{a.get('requests', b.get('requests', 0))}",
+            sec(o.get("e2e_p99")),
+            sec(a.get("e2e_p99")),
+            sec(b.get("e2e_p99")),
+            sec(a.get("ttft_p99")),
+            sec(b.get("ttft_p99")),
+            f"{a.get('preemptions', '-')}",
+            f"{b.get('preemptions', '-')}",
+        )
     return table
 
 

@@ -11,7 +11,7 @@ from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.calibrate import fit, points_from_latencies
 from preemptscope.analysis.sim.config import FittedStepCost, SimConfig, reserves_full_isl
 from preemptscope.analysis.sim.engine import simulate
-from preemptscope.analysis.sim.observed import ReplayFrames, build_replay
+from preemptscope.analysis.sim.observed import ReplayFrames, build_replay, hit_rate_note
 from preemptscope.analysis.sim.scenarios import chat_traffic
 from preemptscope.ingest.schema import REQUEST_LATENCIES
 
@@ -84,12 +84,29 @@ def test_settings_come_from_the_data_and_presets_are_said() -> None:
     assert any(a.startswith("max_num_seqs not shown") for a in bare.assumptions)
 
 
-def test_shared_prefixes_are_said_to_be_outside_the_model() -> None:
+def test_the_observed_hit_rate_becomes_a_shared_prefix() -> None:
     rows = _client_rows(SimConfig(num_gpu_blocks_override=2000, step_cost=TRUE_COST))
     stats = pl.DataFrame({"running": [4, 5], "prefix_cache_hit_rate": [0.4, 0.5]})
-    replay = build_replay(Capacity(num_gpu_blocks=2000, block_size=16),
-                          ReplayFrames(latencies=rows, stats=stats), preemptions=None)  # fmt: skip
-    assert any("prefix cache hit rate is 45%" in a for a in replay.assumptions)
+    seen = Capacity(num_gpu_blocks=2000, block_size=16)
+    replay = build_replay(seen, ReplayFrames(latencies=rows, stats=stats), preemptions=None)
+    assert replay.observed.prefix_cache_hit_rate == pytest.approx(0.45)
+    wl = replay.workload
+    assert wl is not None and wl.shares_prefixes and wl.prefix_tokens is not None
+    assert any("prefix-cache hit rate 45%: replayed as one" in a for a in replay.assumptions)
+    now = replay.run()
+    assert now.prefix_cache_hit_rate == pytest.approx(0.45, abs=0.05)
+    assert hit_rate_note(replay, now) is None
+    # Caching off in the server's args: nothing is shared, and the count is said to be odd.
+    off = build_replay(
+        Capacity(num_gpu_blocks=2000, block_size=16, enable_prefix_caching=False),
+        ReplayFrames(latencies=rows, stats=stats),
+        preemptions=None,
+    )
+    assert off.workload is not None and not off.workload.shares_prefixes
+    assert not off.config.enable_prefix_caching
+    assert off.run().prefix_cache_hit_rate is None
+    note = hit_rate_note(off, off.run())
+    assert note is not None and "0%" in note and "45%" in note
 
 
 def test_no_request_data_means_nothing_to_replay() -> None:
