@@ -295,6 +295,15 @@ def _model_for(capacity: Capacity) -> kvmodel.ModelSpec | None:
     return None
 
 
+def _blocks_from_tokens(capacity: Capacity) -> int | None:
+    """V1 logs `GPU KV cache size: N tokens`, which is the blocks (null block included) x
+    block_size with one KV cache group; with the block size known, that is the block count."""
+    tokens, size = capacity.kv_cache_tokens, capacity.block_size
+    if tokens and size and tokens % size == 0:
+        return tokens // size
+    return None
+
+
 def settings(
     capacity: Capacity,
     base: SimConfig,
@@ -312,7 +321,7 @@ def settings(
         "pipeline_parallel_size": capacity.pipeline_parallel_size,
         "block_size": capacity.block_size,
         "max_model_len": capacity.max_model_len,
-        "num_gpu_blocks_override": capacity.num_gpu_blocks,
+        "num_gpu_blocks_override": capacity.num_gpu_blocks or _blocks_from_tokens(capacity),
         "scheduling_policy": capacity.scheduling_policy
         if capacity.scheduling_policy in ("fcfs", "priority")
         else None,
@@ -395,7 +404,9 @@ def build_replay(
     config = settings(
         capacity, base or SimConfig(), current or {}, assumptions, presets_given=presets_given
     )
-    fitted = fit_step_cost(latencies, metrics, stats)
+    hit_rate = _prefix_hit_rate(metrics, stats)
+    caching = config.enable_prefix_caching
+    fitted = fit_step_cost(latencies, metrics, stats, prefix_hit_rate=hit_rate if caching else None)
     if fitted is not None:
         config = dataclasses.replace(config, step_cost=fitted)
     else:
@@ -403,7 +414,6 @@ def build_replay(
             f"no step timings to fit: step times from the roofline of {config.model.name} on "
             f"{config.gpu.name} (presets)"
         )
-    hit_rate = _prefix_hit_rate(metrics, stats)
     workload = workload_from_latencies(latencies)
     if latencies is not None and workload is not None and _usable_rows(latencies) > len(workload):
         _note_whole_run(preemptions, len(workload), assumptions)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -38,8 +39,17 @@ from preemptscope.errors import ConfigError
 from preemptscope.ingest.logs import ParseOptions
 from preemptscope.inputs import LoadOptions, load_inputs
 
+
+def _switch(text: str) -> bool:
+    """A vLLM boolean flag's value: true/false (also 1/0, yes/no)."""
+    value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    if text.strip().lower() not in value:
+        raise ValueError(text)
+    return value[text.strip().lower()]
+
+
 # Flags the user may change, as vLLM spells them, with their types.
-CHANGEABLE: dict[str, type] = {
+CHANGEABLE: dict[str, Callable[[str], Any]] = {
     "max_num_seqs": int,
     "gpu_memory_utilization": float,
     "max_num_batched_tokens": int,
@@ -49,6 +59,7 @@ CHANGEABLE: dict[str, type] = {
     "num_gpu_blocks_override": int,
     "scheduling_policy": str,
     "watermark": float,
+    "enable_prefix_caching": _switch,
 }
 
 
