@@ -30,6 +30,7 @@ class FigureCheck:
     replayed: float
     observed: float
     within: bool
+    tolerance: float = 0.0  # relative (absolute preemptions for "preemptions")
 
     @property
     def off_by(self) -> float | None:
@@ -59,6 +60,18 @@ class Fidelity:
     def verified(self) -> bool:
         rates = [c for c in self.checks if c.name != "preemptions"]
         return bool(rates) and all(c.within for c in self.checks)
+
+    def score(self) -> float:
+        """Sum of (error / tolerance)^2 over the checks: below len(checks) is not enough
+        (verified needs every term <= 1), but it is what a fit can minimise."""
+        total = 0.0
+        for c in self.checks:
+            if c.name == "preemptions":
+                err = abs(c.replayed - c.observed)
+            else:
+                err = abs(c.replayed / c.observed - 1) if c.observed else 0.0
+            total += (err / c.tolerance) ** 2 if c.tolerance else 0.0
+        return total
 
     @property
     def misses(self) -> tuple[FigureCheck, ...]:
@@ -103,6 +116,7 @@ def fidelity(observed: ObservedFigures, now: WhatIfOutcome) -> Fidelity:
                 now.output_throughput,
                 observed.output_throughput,
                 _relative(now.output_throughput, observed.output_throughput, TOL_THROUGHPUT),
+                TOL_THROUGHPUT,
             )
         )
     if observed.e2e_p99 is not None and now.e2e_p99 is not None:
@@ -112,6 +126,7 @@ def fidelity(observed: ObservedFigures, now: WhatIfOutcome) -> Fidelity:
                 now.e2e_p99,
                 observed.e2e_p99,
                 _relative(now.e2e_p99, observed.e2e_p99, TOL_E2E_P99),
+                TOL_E2E_P99,
             )
         )
     if observed.preemptions is not None:
@@ -122,6 +137,7 @@ def fidelity(observed: ObservedFigures, now: WhatIfOutcome) -> Fidelity:
                 float(now.preemptions),
                 float(observed.preemptions),
                 abs(now.preemptions - observed.preemptions) <= tol,
+                tol,
             )
         )
     for cls, seen in observed.per_priority.items():
@@ -134,6 +150,7 @@ def fidelity(observed: ObservedFigures, now: WhatIfOutcome) -> Fidelity:
                     float(got),
                     float(want),
                     _relative(float(got), float(want), TOL_CLASS_E2E_P99),
+                    TOL_CLASS_E2E_P99,
                 )
             )
     return Fidelity(tuple(checks))

@@ -21,8 +21,8 @@ from rich.table import Table
 from preemptscope import jsonout
 from preemptscope.analysis.analyze import AnalysisParams, analyze_deployment
 from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS, gpu_preset
+from preemptscope.analysis.sim.closedloop import closed_loop
 from preemptscope.analysis.sim.config import SimConfig
-from preemptscope.analysis.sim.fidelity import fidelity
 from preemptscope.analysis.sim.observed import (
     Replay,
     build_replay,
@@ -211,11 +211,14 @@ def run(args: argparse.Namespace) -> int:
         )
     check_changes(replay, changes)
     until = parse_duration(args.limit) if args.limit else None
-    now = replay.run(until=until)
+    # The step cost whose replay of now reproduces the observed figures (closedloop.py).
+    loop = closed_loop(replay, until=until)
+    replay, now, check = loop.replay, loop.now, loop.residual
     candidate = replay.run(changes, until=until) if changes else None
     curve = [replay.run({"max_num_seqs": v}, until=until) for v in values]
     workload = replay.workload
-    check = fidelity(replay.observed, now)
+    if workload is None:  # closed_loop keeps the workload: only the step cost moves
+        raise ConfigError("nothing to replay: no request data")
     notes = [*replay.assumptions]
     if (sharing := hit_rate_note(replay, now)) is not None:
         notes.append(sharing)
@@ -230,6 +233,13 @@ def run(args: argparse.Namespace) -> int:
             "observed": replay.observed.__dict__,
             "now": now.__dict__,
             "fidelity": check.to_dict(),
+            "closed_loop": {
+                "replays": loop.replays,
+                "multipliers": dict(
+                    zip(("all", "per_step", "per_prefill_token"), loop.multipliers, strict=True)
+                ),
+                "summary": loop.describe(),
+            },
         }
         if candidate is not None:
             body["whatif"] = {
@@ -251,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         console.print(f"[yellow]Assumed:[/yellow] {note}")
     console.print(_fit_table(replay, now))
-    console.print(f"Replay of now: {check.describe()}")
+    console.print(f"Calibration: {loop.describe()}")
     if candidate is not None:
         console.print(_comparison(changes, now, candidate))
         if now.per_priority or candidate.per_priority:

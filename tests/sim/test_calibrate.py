@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -9,8 +10,10 @@ import polars as pl
 import pytest
 from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.calibrate import fit, points_from_latencies
+from preemptscope.analysis.sim.closedloop import closed_loop
 from preemptscope.analysis.sim.config import FittedStepCost, SimConfig, reserves_full_isl
 from preemptscope.analysis.sim.engine import simulate
+from preemptscope.analysis.sim.fidelity import fidelity
 from preemptscope.analysis.sim.observed import ReplayFrames, build_replay, hit_rate_note
 from preemptscope.analysis.sim.scenarios import chat_traffic
 from preemptscope.ingest.schema import REQUEST_LATENCIES
@@ -126,3 +129,29 @@ def test_whole_prompt_admission_follows_the_logged_version(
     version: str | None, expected: bool | None
 ) -> None:
     assert reserves_full_isl(version) is expected
+
+
+def test_the_closed_loop_finds_a_cost_that_reproduces_now() -> None:
+    config = SimConfig(num_gpu_blocks_override=2000, max_model_len=8192, step_cost=TRUE_COST)
+    rows = _client_rows(config, rate=1.2)
+    seen = Capacity(num_gpu_blocks=2000, block_size=16, max_num_seqs=256, max_model_len=8192)
+    replay = build_replay(seen, ReplayFrames(latencies=rows), preemptions=None)
+    assert replay.config.step_cost is not None
+    # Start from a cost 40 % too slow: the replay of now misses, the closed loop mends it.
+    slow = dataclasses.replace(
+        replay.config.step_cost,
+        per_step_s=replay.config.step_cost.per_step_s * 1.4,
+        per_decode_token_s=replay.config.step_cost.per_decode_token_s * 1.4,
+        per_prefill_token_s=replay.config.step_cost.per_prefill_token_s * 1.4,
+    )
+    off = dataclasses.replace(replay, config=dataclasses.replace(replay.config, step_cost=slow))
+    assert not fidelity(off.observed, off.run()).verified
+    loop = closed_loop(off)
+    assert loop.replays > 1
+    assert loop.residual.verified
+    assert loop.residual.score() < fidelity(off.observed, off.run()).score()
+    assert loop.describe().startswith("closed loop over ")
+    assert loop.multipliers[0] < 1.0  # it sped the cost up
+    # A cost that already reproduces now is kept, after one replay.
+    kept = closed_loop(loop.replay)
+    assert kept.replays == 1 and kept.replay is loop.replay
