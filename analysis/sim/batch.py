@@ -204,14 +204,6 @@ class Batch:
         new_tokens = new_context = new_pairs = new_decodes = 0  # the picks' sums
         blocked = as_plain = False
         sharing = self.sharing
-
-        def give_back() -> bool:
-            for req, undo in reversed(holds):
-                self.unhold_pick(req, undo)
-            for req, _, _ in reversed(picks):
-                waiting.unpop(req)
-            return False
-
         while len(waiting) and budget_left > 0 and dec + len(picks) < self.max_seqs:
             r = waiting.peek()
             tokens = int(ntok[r])
@@ -232,7 +224,7 @@ class Batch:
                 )
             if tokens - hit > budget_left:
                 if self.chunked:  # a partial prefill is the plain step's
-                    return give_back()
+                    return self.give_back(picks, holds)
                 break
             self.budget_needed = max(self.budget_needed, used - hit)
             nb = -(-tokens // bs) - held  # blocks running requests hold cost nothing
@@ -241,7 +233,7 @@ class Batch:
                 # The step stands for the plain step that resumes (or refuses) it and the
                 # ones after it (see plain_like).
                 if self.record_tokens:  # tokens in the plain step's order: take it
-                    return give_back()
+                    return self.give_back(picks, holds)
                 as_plain = True
             if nb + wm > free_left:
                 blocked = True
@@ -307,6 +299,18 @@ class Batch:
             if not picks and not n_done:
                 self.lazy_fast_forward(end - clock, blocked)
         return True
+
+    def give_back(
+        self,
+        picks: list[tuple[int, int, int]],
+        holds: list[tuple[int, tuple[int, int, int, tuple[int, int] | None]]],
+    ) -> bool:
+        """Undo a lazy step's admissions (it is the plain step's to take); returns False."""
+        for req, undo in reversed(holds):
+            self.unhold_pick(req, undo)
+        for req, _, _ in reversed(picks):
+            self.waiting.unpop(req)
+        return False
 
     def lazy_preempt(self) -> None:
         """plain_step's preemption step (fcfs), on the lazy batch: the same victims and sums.
