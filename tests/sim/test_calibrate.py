@@ -155,3 +155,30 @@ def test_the_closed_loop_finds_a_cost_that_reproduces_now() -> None:
     # A cost that already reproduces now is kept, after one replay.
     kept = closed_loop(loop.replay)
     assert kept.replays == 1 and kept.replay is loop.replay
+
+
+def test_the_replay_memo_tells_priorities_and_prefixes_apart() -> None:
+    """Two workloads alike but for priorities (or a shared prefix) are two replays."""
+    config = SimConfig(num_gpu_blocks_override=300, max_model_len=4096, step_cost=TRUE_COST)
+    rows = _client_rows(config, rate=1.5)
+    seen = Capacity(
+        num_gpu_blocks=300, block_size=16, max_num_seqs=64, scheduling_policy="priority"
+    )
+    plain = build_replay(seen, ReplayFrames(latencies=rows), preemptions=None)
+    assert plain.workload is not None and not plain.priorities_known
+    n = len(plain.workload)
+    ranked = dataclasses.replace(
+        plain,
+        workload=dataclasses.replace(plain.workload, priority=np.arange(n, dtype=np.int64) % 2),
+    )
+    a, b = plain.run(), ranked.run()
+    assert not a.per_priority and set(b.per_priority) == {"0", "1"}
+    assert (a.e2e_p99, a.preemptions) != (b.e2e_p99, b.preemptions)
+    shared = dataclasses.replace(
+        plain,
+        workload=plain.workload.with_prefix(
+            np.zeros(n, dtype=np.int64), np.minimum(plain.workload.prompt_len - 1, 256)
+        ),
+    )
+    assert shared.run().prefix_cache_hit_rate != a.prefix_cache_hit_rate
+    assert any("no request priorities" in x for x in plain.assumptions)
