@@ -12,6 +12,10 @@ One loop iteration is one engine step (`Scheduler.schedule()` + the model forwar
    `max_num_seqs` and free blocks allow (chunked prefill: a partial prompt is fine).
 4. The step takes roofline time; requests that computed all their tokens sample one.
 
+With prefix caching, freed blocks stay cached in the free queue (a victim gets its own back)
+and prefixes shared across requests (Workload.prefix_group) are shared blocks with reference
+counts, as vLLM's KV cache manager keeps them (batch.py, "prefixes shared across requests").
+
 The step mechanics live in steps.py, the state and the lazy decode batch in batch.py. The
 shortcuts (a lazy decode batch accounted in O(1) per step and per request event, quiet runs
 and fast-forward of decode stretches) reproduce the plain loop (`fast_forward=False`), which
