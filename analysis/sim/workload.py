@@ -208,7 +208,8 @@ def from_bench_result(result: Mapping[str, Any], *, source: str = "bench.json") 
     """The workload a `vllm bench serve --save-detailed` result recorded (a trace).
 
     Needs `input_lens` and `output_lens`; arrival times from `start_times` when present, else
-    spread evenly over `duration` (documented as an assumption by the caller).
+    spread evenly over `duration` (documented as an assumption by the caller); request
+    priorities from a `priorities` list beside them (else 0, vLLM's default).
     """
     from preemptscope.errors import InputError
 
@@ -228,6 +229,17 @@ def from_bench_result(result: Mapping[str, Any], *, source: str = "bench.json") 
         origin = "evenly spread over duration"
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
+    ranks = result.get("priorities")
+    if isinstance(ranks, list) and len(ranks) == n:
+        try:
+            values = np.asarray(ranks, dtype=np.float64)
+        except (TypeError, ValueError):
+            values = np.full(n, np.nan)
+        if not (np.isfinite(values).all() and (values == np.round(values)).all()):
+            raise InputError(source, "`priorities` must hold integers")
+        priority = values.astype(np.int64)[order]
+    else:
+        priority = np.zeros(n, dtype=np.int64)
     prompt = np.maximum(np.asarray(inputs, dtype=np.int64)[order], 1)
     # Failed requests report 0 output tokens; replay them as 1-token requests.
     output = np.maximum(np.asarray(outputs, dtype=np.int64)[order], 1)
@@ -235,7 +247,7 @@ def from_bench_result(result: Mapping[str, Any], *, source: str = "bench.json") 
         arrival=t,
         prompt_len=prompt,
         output_len=output,
-        priority=np.zeros(n, dtype=np.int64),
+        priority=priority,
         request_ids=tuple(f"trace-{i}" for i in order),
         description={"kind": "trace", "source": source, "arrivals": origin, "requests": n},
     )
