@@ -16,7 +16,7 @@ from preemptscope.analysis.sim.whatif import ObservedLoad, observed_load, worklo
 from preemptscope.analysis.sim.workload import LengthDist
 from preemptscope.ingest.schema import TIMESTAMP
 
-from preemptscope.errors import ConfigError
+from preemptscope.errors import ConfigError, InputError
 
 _DISTS = [
     LengthDist("fixed", 100.0),
@@ -152,10 +152,7 @@ def test_a_load_kept_as_its_tail_replays_as_the_whole(
 
 
 def test_a_bench_trace_keeps_its_priorities() -> None:
-    from preemptscope.analysis.sim.workload import from_bench_result
-
-    from preemptscope.errors import InputError
-
+    from_bench_result = wl.from_bench_result
     trace = {"input_lens": [5, 6], "output_lens": [3, 4], "start_times": [1.0, 0.5]}
     assert from_bench_result(trace).priority.tolist() == [0, 0]  # none given: vLLM's default
     ranked = from_bench_result({**trace, "priorities": [1, 0]})
