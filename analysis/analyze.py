@@ -33,6 +33,7 @@ from preemptscope.analysis.report import (
     SourceSummary,
     Window,
 )
+from preemptscope.analysis.sim.closedloop import calibrated
 from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.verdict import decide
 from preemptscope.analysis.windows import (
@@ -271,9 +272,13 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
             capacity,
             windows,
             params,
-            # Advice is checked by replaying the observed workload (analysis/sim/observed.py).
-            replay=lambda: build_replay(
-                capacity, replay_inputs(inputs, latencies=lat), preemptions=preemptions.total
+            # Advice is checked by replaying the observed workload (analysis/sim/observed.py)
+            # with the step cost whose replay of now reproduces the data (closedloop.py), as
+            # `whatif` does: one calibration behind every "verified".
+            replay=lambda: calibrated(
+                build_replay(
+                    capacity, replay_inputs(inputs, latencies=lat), preemptions=preemptions.total
+                )
             ),
         ),
         windows=windows,

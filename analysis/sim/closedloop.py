@@ -94,3 +94,8 @@ def closed_loop(
     _, chosen, out, check = best
     multipliers = (math.exp(best_x[0]), math.exp(best_x[1]), math.exp(best_x[2]))
     return ClosedLoop(chosen, out, check, runs, multipliers)
+
+
+def calibrated(replay: Replay) -> Replay:
+    """The replay with the closed loop's step cost (as it is when there is nothing to replay)."""
+    return closed_loop(replay).replay if replay.replayable else replay
