@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.calibrate import fit, points_from_latencies
-from preemptscope.analysis.sim.closedloop import closed_loop
+from preemptscope.analysis.sim.closedloop import calibrated, closed_loop
 from preemptscope.analysis.sim.config import FittedStepCost, SimConfig, reserves_full_isl
 from preemptscope.analysis.sim.engine import simulate
 from preemptscope.analysis.sim.fidelity import fidelity
@@ -155,6 +155,9 @@ def test_the_closed_loop_finds_a_cost_that_reproduces_now() -> None:
     # A cost that already reproduces now is kept, after one replay.
     kept = closed_loop(loop.replay)
     assert kept.replays == 1 and kept.replay is loop.replay
+    assert calibrated(off).config == loop.replay.config  # what the advice replays
+    nothing = build_replay(Capacity(num_gpu_blocks=2000), ReplayFrames(), preemptions=3)
+    assert calibrated(nothing) is nothing  # nothing to replay: as it is
 
 
 def test_the_replay_memo_tells_priorities_and_prefixes_apart() -> None:
