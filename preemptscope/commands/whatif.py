@@ -222,6 +222,11 @@ def run(args: argparse.Namespace) -> int:
     notes = [*replay.assumptions]
     if (sharing := hit_rate_note(replay, now)) is not None:
         notes.append(sharing)
+    if changes.get("enable_prefix_caching") and not replay.config.enable_prefix_caching:
+        notes.append(
+            "prefix caching is off in the data, so no hits were counted: the prediction with it "
+            "on shares no prefix across requests (only a victim gets its own blocks back)"
+        )
     if args.json:
         body: dict[str, Any] = {
             "sources": sources,

@@ -103,3 +103,15 @@ def test_the_priority_policy_needs_priorities_in_the_data(
     assert main([*argv, "--scheduling-policy", "priority"]) == 0
     out = capsys.readouterr().out
     assert "Per priority class" in out and "Calibration: " in out
+
+
+def test_caching_turned_on_from_a_run_with_it_off_says_what_it_cannot_know(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run = next((FIXTURES / "prefix512").glob("s5-*"))
+    argv = ["whatif", "--log", str(run / "vllm.log"), "--bench", str(run / "requests.jsonl")]
+    assert main([*argv, "--enable-prefix-caching", "true", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert any("prefix caching is off in the data" in note for note in body["assumptions"])
+    assert body["now"]["prefix_cache_hit_rate"] is None  # off now: no counters
+    assert body["whatif"]["candidate"]["prefix_cache_hit_rate"] == 0.0
