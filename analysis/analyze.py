@@ -33,6 +33,7 @@ from preemptscope.analysis.report import (
     SourceSummary,
     Window,
 )
+from preemptscope.analysis.sim.closedloop import calibrated
 from preemptscope.analysis.sim.observed import build_replay, replay_inputs
 from preemptscope.analysis.verdict import decide, settle_limit
 from preemptscope.analysis.windows import (
@@ -270,17 +271,21 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         else None,
     )
     # Advice is explored and decided by replaying the observed workload
-    # (analysis/sim/observed.py); an inferred cap is the replay's current max_num_seqs.
+    # (analysis/sim/observed.py) with the step cost whose replay of now reproduces the data
+    # (closedloop.py), as `whatif` does: one calibration behind every "verified". An inferred
+    # cap is the replay's current max_num_seqs.
     plan = advise(
         verdict,
         capacity,
         windows,
         params,
-        replay=lambda: build_replay(
-            capacity,
-            replay_inputs(inputs, latencies=lat),
-            preemptions=preemptions.total,
-            current={"max_num_seqs": inferred_cap} if inferred_cap else None,
+        replay=lambda: calibrated(
+            build_replay(
+                capacity,
+                replay_inputs(inputs, latencies=lat),
+                preemptions=preemptions.total,
+                current={"max_num_seqs": inferred_cap} if inferred_cap else None,
+            )
         ),
     )
     verdict = settle_limit(
@@ -638,6 +643,14 @@ def _as_float(value: Any) -> float | None:
     return number if number is not None and math.isfinite(number) else None
 
 
+def _as_bool(value: Any) -> bool | None:
+    """A flag as vLLM prints it (True/False in args and config lines, true/false elsewhere)."""
+    text = _clean(value)
+    if text is None:
+        return None
+    return {"true": True, "1": True, "false": False, "0": False}.get(text.lower())
+
+
 def capacity_facts(
     logs: Sequence[LogFrames],
     metrics: pl.DataFrame | None,
@@ -698,6 +711,7 @@ def capacity_facts(
         model=_clean(config.get("served_model_name") or config.get("model")),
         gpu_memory_total_gib=kv_value("memory_total"),
         max_model_len=_as_int(config.get("max_model_len")),
+        enable_prefix_caching=_as_bool(config.get("enable_prefix_caching")),
         mean_tokens_per_request=_mean_tokens(latencies, metrics),
         peak_running=max(running) if running else None,
     )

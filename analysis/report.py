@@ -228,6 +228,7 @@ class Capacity:
     model: str | None = None
     gpu_memory_total_gib: float | None = None  # per GPU, from the memory-profiling lines
     max_model_len: int | None = None
+    enable_prefix_caching: bool | None = None  # the server's flag (None: not shown)
     # Observed load, for sizing: mean prompt + output tokens per request, peak running requests.
     mean_tokens_per_request: float | None = None
     peak_running: int | None = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import os
 import sys
@@ -26,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest import mock
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,6 +68,17 @@ NEAR_MAX_CONFIG = SimConfig(
 )  # fmt: skip
 
 
+def _system_prompt() -> Any:
+    """An hour at 2 req/s whose prompts all start with the same 1,024 tokens."""
+    wl = synthetic(rate=2.0, duration=3600.0, seed=1)
+    wl = dataclasses.replace(wl, prompt_len=wl.prompt_len + 1024)
+    n = len(wl)
+    return wl.with_prefix(np.zeros(n, dtype=np.int64), np.full(n, 1024, dtype=np.int64))
+
+
+SYSTEM_PROMPT = _system_prompt()
+
+
 def engine_rows(ref: Any, repeat: int) -> None:
     demo = demo_scenarios()[0]
     runs = [
@@ -80,6 +94,9 @@ def engine_rows(ref: Any, repeat: int) -> None:
         ("10 min at 20 req/s, prompts near max_model_len, no chunked prefill",
          synthetic(rate=20.0, duration=600.0, seed=6, prompt=NEAR_MAX, output=SHORT_OUT),
          NEAR_MAX_CONFIG, False),
+        # Sharing changes the run (REV's engine ignores the prefix): outputs DIFFER by design.
+        ("1 h at 2 req/s on A10G, a shared 1,024-token system prompt", SYSTEM_PROMPT,
+         SimConfig(gpu=GPU_PRESETS["A10G"]), False),
     ]  # fmt: skip
     print("| run | engine steps | preemptions | before | after | speed-up | outputs |")
     print("|---|---:|---:|---:|---:|---:|---|")
@@ -130,6 +147,10 @@ def advice_row(modules: dict[str, Any], label: str, data: tuple[Any, ...], repea
             result = engine(*args, **kwargs)
             if not hasattr(result, "budget_needed"):  # an engine from before it existed
                 object.__setattr__(result, "budget_needed", 1 << 62)
+            # an engine from before issue 24 has no prefix-cache counters
+            for name in ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate"):
+                if not hasattr(result, name):
+                    object.__setattr__(result, name, None)
             return result
 
         observed._MEMO.clear()

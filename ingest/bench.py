@@ -11,7 +11,11 @@ Formats (auto-detected from the content; see docs/sources.md):
   requests by default (`--request-samples`); its whole-run figures are in `runs`.
 * Generic per-request rows, CSV with a header or JSON Lines: `start` (ISO 8601 or Unix
   seconds) and `e2e` seconds (or `e2e_ms`, or `end`), optionally `request_id`, `ttft`,
-  `tpot` (seconds or `_ms`), `prompt_tokens`, `output_tokens`, `success`.
+  `tpot` (seconds or `_ms`), `prompt_tokens`, `output_tokens`, `success`, `priority`.
+
+Rows carry REQUEST_LATENCIES' columns plus `priority` (vLLM's request priority, null where the
+file gives none): a `priority` column, or a vllm bench JSON's `priorities` list beside its
+other per-request lists. The what-if replays it (docs/simulator.md).
 
 TPOT everywhere means vLLM's: (e2e - ttft) / (output_tokens - 1), excluding the first token
 (GuideLLM's `inter_token_latency_ms`; its `time_per_output_token_ms` includes the first).
@@ -56,7 +60,12 @@ GENERIC_COLUMNS: dict[str, str] = {
     "prompt_tokens": "prompt length, tokens",
     "output_tokens": "generated tokens",
     "success": "true/false, 1/0, yes/no (default true); failed rows are kept, flagged",
+    "priority": "vLLM's request priority, an integer (lower is served first under "
+    "--scheduling-policy priority)",
 }
+
+# Client rows: REQUEST_LATENCIES and the request's priority (null: not given).
+REQUEST_ROWS = pl.Schema({**REQUEST_LATENCIES, "priority": pl.Int64()})
 
 _VLLM_KEYS = {
     "ttfts",
@@ -120,7 +129,7 @@ class _Rows:
 
     def __init__(self, source: str, deployment: str, origin: str) -> None:
         self.source, self.deployment, self.origin = source, deployment, origin
-        self.columns: dict[str, list[Any]] = {name: [] for name in REQUEST_LATENCIES.names()}
+        self.columns: dict[str, list[Any]] = {name: [] for name in REQUEST_ROWS.names()}
 
     def add(
         self,
@@ -132,6 +141,7 @@ class _Rows:
         prompt_tokens: int | None = None,
         output_tokens: int | None = None,
         success: bool = True,
+        priority: int | None = None,
     ) -> None:
         if (
             tpot is None
@@ -148,9 +158,10 @@ class _Rows:
         self.columns["source"].append(self.source)
         self.columns["deployment"].append(self.deployment)
         self.columns["origin"].append(self.origin)
+        self.columns["priority"].append(priority)
 
     def frame(self) -> pl.DataFrame:
-        return pl.DataFrame(self.columns, schema=REQUEST_LATENCIES)
+        return pl.DataFrame(self.columns, schema=REQUEST_ROWS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,6 +333,7 @@ def _read_vllm(
         inputs = _array(result, "input_lens", n, path)
         outputs = _array(result, "output_lens", n, path)
         errors = _array(result, "errors", n, path)
+        priorities = _array(result, "priorities", n, path)
         if starts is None:
             note = (
                 "vllm bench result without start_times (older vLLM, or no --save-detailed): "
@@ -349,6 +361,7 @@ def _read_vllm(
                 prompt_tokens=_count(inputs[i]) if inputs else None,
                 output_tokens=_count(outputs[i]) if outputs else None,
                 success=not failed,
+                priority=_priority(priorities[i], (path, 0)) if priorities else None,
             )
     return rows.frame(), runs
 
@@ -478,6 +491,22 @@ _TRUE = {"true", "1", "yes", "y", "ok", "t"}
 _FALSE = {"false", "0", "no", "n", "f", "error", "failed"}
 
 
+def _priority(raw: Any, where: tuple[str, int]) -> int | None:
+    """vLLM's request priority: an integer (a float that is one is taken), null if empty."""
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw) if not isinstance(raw, bool) else math.nan
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value == int(value) and abs(value) < 2.0**63):
+        path, line = where
+        if line:
+            raise InputError(path, f"`priority` must be an integer, got {raw!r}", line)
+        raise InputError(path, f"vllm bench `priorities` must hold integers, got {raw!r}")
+    return int(value)
+
+
 def _seconds(record: Mapping[str, Any], name: str, where: tuple[str, int]) -> float | None:
     for key, scale in ((name, 1.0), (f"{name}_ms", 1000.0), (f"{name}_s", 1.0)):
         raw = record.get(key)
@@ -551,6 +580,7 @@ def _generic_row(
         prompt_tokens=tokens("prompt_tokens"),
         output_tokens=tokens("output_tokens"),
         success=success,
+        priority=_priority(record.get("priority"), where),
     )
 
 

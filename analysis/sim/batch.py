@@ -94,6 +94,7 @@ class Batch:
         self.waiting = WaitingQueue(config.scheduling_policy, self.prio, self.arrival)
         self.clock = 0.0
         self.next_arr = 0
+        self.init_sharing(workload)
 
         # Lazy decode leaves finished entries in place until the next flush: headroom.
         size = self.size = max(4 * (self.max_seqs + 1), 256)
@@ -199,8 +200,10 @@ class Batch:
             return True
         budget_left = self.max_batched - dec
         picks: list[tuple[int, int, int]] = []  # (request, tokens computed now, cache hit)
+        holds: list[tuple[int, tuple[int, int, int, tuple[int, int] | None]]] = []
         new_tokens = new_context = new_pairs = new_decodes = 0  # the picks' sums
         blocked = as_plain = False
+        sharing = self.sharing
         while len(waiting) and budget_left > 0 and dec + len(picks) < self.max_seqs:
             r = waiting.peek()
             tokens = int(ntok[r])
@@ -210,35 +213,37 @@ class Batch:
             # something (a blocked head is checked every step).
             resumed = r in self.cached
             used = self.max_batched - budget_left + tokens  # the budget it needs, no hit
-            hit = (
-                self.cache_hit(r, free_left)
-                if resumed and (tokens > budget_left or used > self.budget_needed)
-                else 0
-            )
+            held = 0
+            if sharing:
+                hit, held = self.lookup(r, free_left)
+            else:
+                hit = (
+                    self.cache_hit(r, free_left)
+                    if resumed and (tokens > budget_left or used > self.budget_needed)
+                    else 0
+                )
             if tokens - hit > budget_left:
                 if self.chunked:  # a partial prefill is the plain step's
-                    for req, _, _ in reversed(picks):
-                        waiting.unpop(req)
-                    return False
+                    return self.give_back(picks, holds)
                 break
             self.budget_needed = max(self.budget_needed, used - hit)
-            nb = -(-tokens // bs)
+            nb = -(-tokens // bs) - held  # blocks running requests hold cost nothing
             wm = self.watermark_blocks if dec + len(picks) else 0
             if resumed:
                 # The step stands for the plain step that resumes (or refuses) it and the
                 # ones after it (see plain_like).
                 if self.record_tokens:  # tokens in the plain step's order: take it
-                    for req, _, _ in reversed(picks):
-                        waiting.unpop(req)
-                    return False
+                    return self.give_back(picks, holds)
                 as_plain = True
             if nb + wm > free_left:
                 blocked = True
                 break
-            if resumed and not hit:
+            if resumed and not hit and not sharing:
                 hit = self.cache_hit(r, free_left)
             waiting.pop()
             q = tokens - hit
+            if sharing and self.group[r] >= 0:
+                holds.append((r, self.hold(r, hit, q)))
             picks.append((r, q, hit))
             free_left -= nb
             budget_left -= q
@@ -251,6 +256,11 @@ class Batch:
                 if r in self.cached:
                     del self.cached[r]
                     self.cache_hit_tokens += hit
+        if sharing:
+            for r, _, hit in picks:
+                self.shared_at_preempt.pop(r, None)
+                if not self.npre[r]:
+                    self.fresh_hits += hit
 
         n_tokens = dec + new_tokens
         dec_context = lz.ctx0 + dec * lag0 + dec
@@ -290,6 +300,18 @@ class Batch:
                 self.lazy_fast_forward(end - clock, blocked)
         return True
 
+    def give_back(
+        self,
+        picks: list[tuple[int, int, int]],
+        holds: list[tuple[int, tuple[int, int, int, tuple[int, int] | None]]],
+    ) -> bool:
+        """Undo a lazy step's admissions (it is the plain step's to take); returns False."""
+        for req, undo in reversed(holds):
+            self.unhold_pick(req, undo)
+        for req, _, _ in reversed(picks):
+            self.waiting.unpop(req)
+        return False
+
     def lazy_preempt(self) -> None:
         """plain_step's preemption step (fcfs), on the lazy batch: the same victims and sums.
 
@@ -311,7 +333,8 @@ class Batch:
             while free < 1:
                 tail -= 1
                 victims.append(tail)
-                free += -(-int(comp[tail]) // bs)
+                v_comp = int(comp[tail])
+                free += self.on_preempt(int(self.r_id[slots[tail]]), -(-v_comp // bs), v_comp)
                 if tail == i:
                     break
             if tail == i:
@@ -323,7 +346,6 @@ class Batch:
             base = int(self.r_comp[slot])
             self.ntok[r] = int(self.r_ntok[slot]) + lag0
             self.generated[r] = int(self.r_gen[slot]) + lag0
-            self.on_preempt(r, -(-(base + lag0) // bs), base + lag0)
             self.computed[r] = 0
             self.blocks[r] = 0
             self.npre[r] += 1
@@ -371,6 +393,8 @@ class Batch:
         takes this path only without them).
         """
         lz, bs, nr, clock = self.lz, self.bs, self.lz.alive, self.clock
+        if kv_blocked and self.head_hit_moves():
+            return
         limit = self.until if self.until is not None else np.inf
         if self.next_arr < self.n:
             limit = min(limit, float(self.arrival[self.next_arr]))
@@ -433,7 +457,12 @@ class Batch:
             tokens = int(self.ntok[r])
             free_left = self.free - lz.residues[-lag0 % bs]
             resumed = r in self.cached
-            if tokens > budget_left and (
+            hit = held = 0
+            if self.sharing and self.group[r] >= 0:
+                if self.head_hit_moves():
+                    return 0
+                hit, held = self.lookup(r, free_left)  # the group is held throughout
+            if tokens - hit > budget_left and (
                 not resumed or tokens - self.cache_hit(r, free_left) > budget_left
             ):
                 if self.chunked:
@@ -443,9 +472,9 @@ class Batch:
                 if resumed:
                     return 0
                 wm = self.watermark_blocks
-                if -(-tokens // bs) + wm <= free_left:
+                if -(-tokens // bs) - held + wm <= free_left:
                     return 0  # admitted in this step
-                blocked, blocked_need = True, dec + tokens  # each step checks it again
+                blocked, blocked_need = True, dec + tokens - hit  # each step checks it again
             arrivals_count = self.policy_priority  # a new arrival may become the head
         horizon = self.until if self.until is not None else np.inf
         if arrivals_count and self.next_arr < self.n:
@@ -546,6 +575,8 @@ class Batch:
             self.tok_req.append(np.full(lag - join + 1, r, dtype=np.int64))
             self.tok_time.append(np.asarray(lz.ends[join - 1 : lag]))
         freed = -(-(base + lag) // self.bs)
+        if self.sharing:
+            return self.leave(r, freed, base + lag, False)
         self.release(freed)
         return freed
 
@@ -597,11 +628,15 @@ class Batch:
         """Blocks appended to the free queue's tail (a finish or a preemption)."""
         self.freed_total += blocks
 
-    def on_preempt(self, victim: int, blocks: int, computed: int) -> None:
+    def on_preempt(self, victim: int, blocks: int, computed: int) -> int:
+        """The free queue learns where a victim's blocks went; returns the blocks freed."""
+        if self.sharing:
+            return self.leave(victim, blocks, computed, True)
         if self.caching:
             tail = self.total_blocks + self.freed_total
             self.cached[victim] = (tail, blocks, computed // self.bs)
         self.freed_total += blocks
+        return blocks
 
     def cache_hit(self, r: int, free: int) -> int:
         """Tokens a resumed request gets back from its own surviving blocks (0: none).
@@ -610,13 +645,129 @@ class Batch:
         the survivors are a prefix; only full blocks are hashed, and the last token is always
         recomputed (kv_cache_manager.get_computed_blocks).
         """
+        return min(self.survivors(r, free), (int(self.ntok[r]) - 1) // self.bs) * self.bs
+
+    def survivors(self, r: int, free: int) -> int:
+        """A victim's own full blocks that no allocation has reached yet (a prefix of them)."""
         seg = self.cached.get(r)
         if seg is None:
             return 0
         pos, count, full = seg
         head = (self.total_blocks - free) + self.freed_total
-        survivors = min(max(pos + count - head, 0), count, full)
-        return min(survivors, (int(self.ntok[r]) - 1) // self.bs) * self.bs
+        return min(max(pos + count - head, 0), count, full)
+
+    # --- prefixes shared across requests (vLLM's prefix cache; docs/simulator.md) ---------
+
+    def init_sharing(self, workload: Workload) -> None:
+        """Shared-prefix groups: per group, the full blocks its members share (below each
+        member's last prompt token, which vLLM always recomputes), how many running requests
+        hold them (ref), how many are established, and where they wait in the free queue
+        when nobody holds them."""
+        group, tokens = workload.prefix_group, workload.prefix_tokens
+        self.sharing = self.caching and workload.shares_prefixes
+        self.fresh_hits = 0  # prefix-cache hit tokens of first admissions (vLLM's counter)
+        self.group: IntArray = np.full(self.n, -1, dtype=np.int64)
+        self.shared = np.zeros(self.n, dtype=np.int64)  # group blocks r holds while running
+        self.shared_at_preempt: dict[int, int] = {}  # a victim's group blocks: its own follow
+        self.g_blocks: list[int] = []
+        self.g_ref: list[int] = []
+        self.g_est: list[int] = []
+        self.g_cache: dict[int, tuple[int, int]] = {}  # group -> (queue position, blocks)
+        if not self.sharing or group is None or tokens is None:
+            return
+        self.group = group.astype(np.int64)
+        members = self.group >= 0
+        count = int(self.group.max()) + 1
+        per = np.minimum(tokens // self.bs, (self.prompt - 1) // self.bs)
+        blocks = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(blocks, self.group[members], per[members])
+        self.g_blocks = np.where(blocks == np.iinfo(np.int64).max, 0, blocks).tolist()
+        self.g_ref = [0] * count
+        self.g_est = [0] * count
+
+    def lookup(self, r: int, free: int) -> tuple[int, int]:
+        """(hit tokens, blocks of the hit that running requests hold) for admitting r.
+
+        vLLM's get_computed_blocks: the longest chain of cached full blocks, the group's
+        prefix first (held by a running request, or still in the free queue), then r's own
+        blocks from before a preemption, capped so the last token is recomputed. Held blocks
+        cost no free block; blocks taken back from the free queue do (allocate_slots counts
+        evictable hits).
+        """
+        g = int(self.group[r])
+        own = r in self.cached
+        if g < 0:
+            return (self.cache_hit(r, free) if own else 0), 0
+        held = self.g_ref[g] > 0
+        if held:
+            prefix = self.g_est[g]
+        elif g in self.g_cache:
+            pos, count = self.g_cache[g]
+            prefix = min(max(pos + count - (self.total_blocks - free) - self.freed_total, 0), count)
+        else:
+            prefix = 0
+        hit = prefix
+        if own:
+            start = self.shared_at_preempt.get(r, 0)
+            if prefix >= start:
+                hit = max(prefix, start + self.survivors(r, free))
+        hit = min(hit, (int(self.ntok[r]) - 1) // self.bs)
+        return hit * self.bs, (min(hit, self.g_est[g]) if held else 0)
+
+    def hold(self, r: int, hit: int, tokens: int) -> tuple[int, int, int, tuple[int, int] | None]:
+        """r, admitted with `hit` tokens from the cache and `tokens` scheduled, holds its
+        group's blocks (the first holder establishes those its first chunk covers).
+        Returns what unhold_pick needs to undo it."""
+        g = int(self.group[r])
+        undo = (g, self.g_ref[g], self.g_est[g], self.g_cache.get(g))
+        if not self.g_ref[g]:
+            self.g_est[g] = min(self.g_blocks[g], (hit + tokens) // self.bs)
+            self.g_cache.pop(g, None)
+        self.shared[r] = self.g_est[g]
+        self.g_ref[g] += 1
+        return undo
+
+    def unhold_pick(self, r: int, undo: tuple[int, int, int, tuple[int, int] | None]) -> None:
+        g, ref, est, cache = undo
+        self.g_ref[g], self.g_est[g] = ref, est
+        if cache is not None:
+            self.g_cache[g] = cache
+        self.shared[r] = 0
+
+    def leave(self, r: int, blocks: int, computed: int, victim: bool) -> int:
+        """r stops running (finish or preemption) holding `blocks`; returns the blocks freed.
+
+        vLLM frees a request's blocks tail first; a block others still reference stays in
+        use, so the group's blocks are freed by the last holder only, last into the queue.
+        A victim's own full blocks stay cached for its resumption (prefix caching).
+        """
+        tail = self.total_blocks + self.freed_total
+        g = int(self.group[r])
+        share = kept = 0
+        if g >= 0:
+            share = int(self.shared[r])
+            self.shared[r] = 0
+            self.g_ref[g] -= 1
+            if self.g_ref[g]:
+                kept = share
+            else:
+                self.g_cache[g] = (tail + blocks - share, min(share, computed // self.bs))
+        if victim and self.caching:
+            self.cached[r] = (tail, blocks - share, max(computed // self.bs - share, 0))
+            if share:
+                self.shared_at_preempt[r] = share
+        freed = blocks - kept
+        self.freed_total += freed
+        return freed
+
+    def head_hit_moves(self) -> bool:
+        """The head of the queue is a group member whose hit can shrink while decode steps
+        allocate (its blocks wait in the free queue): no steps are taken at once then."""
+        if not self.sharing or not len(self.waiting):
+            return False
+        r = self.waiting.peek()
+        g = int(self.group[r])
+        return g >= 0 and (r in self.cached or (not self.g_ref[g] and g in self.g_cache))
 
     def mark_scheduled(self, r: int, clock: float) -> None:
         if np.isnan(self.first_sched[r]):

@@ -204,8 +204,15 @@ def fit_step_cost(
     latencies: pl.DataFrame | None,
     metrics: pl.DataFrame | None,
     stats: pl.DataFrame | None,
+    *,
+    prefix_hit_rate: float | None = None,
 ) -> FittedStepCost | None:
-    """The step cost from the best source there is: client TPOT, then /metrics, then stats."""
+    """The step cost from the best source there is: client TPOT, then /metrics, then stats.
+
+    Prompt tokens found in the prefix cache are not computed: with a hit rate h, a step
+    computes (1 - h) of the prompt tokens the data counts (every source counts them all).
+    """
+    computed = 1.0 - min(max(prefix_hit_rate or 0.0, 0.0), 0.99)
     for make, source in (
         (points_from_latencies, latencies),
         (points_from_metrics, metrics),
@@ -213,6 +220,8 @@ def fit_step_cost(
     ):
         points = make(source)
         if points is not None:
+            if computed < 1.0:
+                points = StepPoints(points.t, points.n, points.p * computed, points.basis)
             fitted = fit(points)
             if fitted is not None:
                 return fitted

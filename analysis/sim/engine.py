@@ -12,6 +12,10 @@ One loop iteration is one engine step (`Scheduler.schedule()` + the model forwar
    `max_num_seqs` and free blocks allow (chunked prefill: a partial prompt is fine).
 4. The step takes roofline time; requests that computed all their tokens sample one.
 
+With prefix caching, freed blocks stay cached in the free queue (a victim gets its own back)
+and prefixes shared across requests (Workload.prefix_group) are shared blocks with reference
+counts, as vLLM's KV cache manager keeps them (batch.py, "prefixes shared across requests").
+
 The step mechanics live in steps.py, the state and the lazy decode batch in batch.py. The
 shortcuts (a lazy decode batch accounted in O(1) per step and per request event, quiet runs
 and fast-forward of decode stretches) reproduce the plain loop (`fast_forward=False`), which
@@ -66,6 +70,16 @@ class SimResult:
     # Any max_num_batched_tokens from this up to the config's gives this very run (every
     # budget decision the same); above the config's value: the budget cut something short.
     budget_needed: int = 0
+    # vLLM's prefix-cache counters (prefix_cache_queries/hits_total): prompt tokens of first
+    # admissions and the tokens of theirs found cached (None: prefix caching off).
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        if not self.prefix_cache_queries or self.prefix_cache_hits is None:
+            return None
+        return self.prefix_cache_hits / self.prefix_cache_queries
 
     @property
     def total_preemptions(self) -> int:
@@ -259,7 +273,11 @@ class _Run(Batch):
         if not preempted:
             while len(waiting) and budget > 0 and nr < self.max_seqs:
                 r = waiting.peek()
-                hit = self.cache_hit(r, free) if r in self.cached else 0
+                held = 0
+                if self.sharing:
+                    hit, held = self.lookup(r, free)
+                else:
+                    hit = self.cache_hit(r, free) if r in self.cached else 0
                 tokens = int(self.ntok[r]) - hit  # a waiting request computed only its hit
                 if not self.chunked and tokens > budget:
                     break
@@ -268,9 +286,11 @@ class _Run(Batch):
                     tokens = budget
                 else:
                     self.budget_needed = max(self.budget_needed, self.max_batched - budget + tokens)
-                nb = -(-(hit + tokens) // bs)  # the hit's blocks leave the free queue too
+                # The hit's blocks leave the free queue too; blocks that running requests
+                # hold (a shared prefix) cost nothing.
+                nb = -(-(hit + tokens) // bs) - held
                 # Whole-sequence admission (vLLM >= 0.19): blocks for all its tokens.
-                gate = -(-int(self.ntok[r]) // bs) if self.full_isl else nb
+                gate = -(-int(self.ntok[r]) // bs) - held if self.full_isl else nb
                 if gate + (self.watermark_blocks if nr else 0) > free:
                     kv_blocked = True
                     break
@@ -278,6 +298,12 @@ class _Run(Batch):
                 if hit or r in self.cached:
                     self.cached.pop(r, None)
                     self.cache_hit_tokens += hit
+                if self.sharing:
+                    self.shared_at_preempt.pop(r, None)
+                    if self.group[r] >= 0:
+                        self.hold(r, hit, tokens)
+                    if not self.npre[r]:
+                        self.fresh_hits += hit
                 free -= nb
                 budget -= tokens
                 r_id[nr] = r
@@ -285,7 +311,7 @@ class _Run(Batch):
                 r_ntok[nr] = self.ntok[r]
                 r_gen[nr] = self.generated[r]
                 r_tgt[nr] = self.target[r]
-                r_blk[nr] = nb
+                r_blk[nr] = nb + held  # all its blocks, shared ones included
                 r_first[nr] = not np.isnan(self.first_tok[r])
                 nr += 1
                 admitted_q.append(tokens)
@@ -340,9 +366,15 @@ class _Run(Batch):
             self.generated[ids] = r_gen[:nr][done]
             self.computed[ids] = r_comp[:nr][done]
             self.ntok[ids] = r_ntok[:nr][done]
-            freed = int(np.add.reduce(r_blk[:nr][done]))
+            if self.sharing:
+                freed = 0
+                for i, b, c in zip(ids.tolist(), r_blk[:nr][done].tolist(),
+                                   r_comp[:nr][done].tolist(), strict=True):  # fmt: skip
+                    freed += self.leave(i, b, c, False)
+            else:
+                freed = int(np.add.reduce(r_blk[:nr][done]))
+                self.release(freed)
             free += freed
-            self.release(freed)
             self.blocks[ids] = 0
             keep = ~done
             k = nr - n_done
@@ -383,7 +415,8 @@ class _Run(Batch):
             while wanted > free:
                 tail -= 1
                 victims.append(tail)
-                free += int(r_blk[tail])
+                free += self.on_preempt(int(self.r_id[tail]), int(r_blk[tail]),
+                                        int(self.r_comp[tail]))  # fmt: skip
                 if tail == i:
                     break
             if tail == i:
@@ -395,7 +428,6 @@ class _Run(Batch):
             victim = int(self.r_id[slot])
             self.ntok[victim] = self.r_ntok[slot]
             self.generated[victim] = self.r_gen[slot]
-            self.on_preempt(victim, int(r_blk[slot]), int(self.r_comp[slot]))
             self.computed[victim] = 0
             self.blocks[victim] = 0
             self.npre[victim] += 1
@@ -411,6 +443,8 @@ class _Run(Batch):
         Same arithmetic as step by step, in one numpy pass.
         """
         clock, nr = self.clock, self.nr
+        if kv_blocked and self.head_hit_moves():
+            return
         limit = self.until if self.until is not None else np.inf
         if self.next_arr < self.n:
             limit = min(limit, float(self.arrival[self.next_arr]))
@@ -463,4 +497,8 @@ class _Run(Batch):
             end_time=self.clock,
             clamped_requests=self.clamped,
             budget_needed=self.budget_needed,
+            prefix_cache_queries=(
+                int(self.prompt[~np.isnan(self.first_sched)].sum()) if self.caching else None
+            ),
+            prefix_cache_hits=self.fresh_hits if self.caching else None,
         )

@@ -9,7 +9,6 @@ exists, and every such use is written into `assumptions` in plain words. Pure: f
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -53,6 +52,9 @@ class ObservedFigures:
     preemptions: int | None = None
     output_throughput: float | None = None
     e2e_p99: float | None = None
+    prefix_cache_hit_rate: float | None = None  # vLLM's hits / queries over the data
+    # Per priority class of the client rows: requests, e2e_p99, ttft_p99 (keys as text).
+    per_priority: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class Replay:
     observed: ObservedFigures
     assumptions: list[str] = field(default_factory=list)
     workload_basis: str = ""
+    priorities_known: bool = False  # the data gave each request's priority
 
     @property
     def replayable(self) -> bool:
@@ -75,10 +78,7 @@ class Replay:
             raise ConfigError("nothing to replay: no request data")
         config = candidate_config(self.config, changes or {})
         wl = self.workload
-        digest = hashlib.sha1(
-            wl.arrival.tobytes() + wl.prompt_len.tobytes() + wl.output_len.tobytes()
-        ).hexdigest()
-        key = (digest, config, until)
+        key = (wl.digest(), config, until)  # priorities and shared prefixes included
         if key in _MEMO:
             _MEMO.move_to_end(key)
             return _MEMO[key]
@@ -135,6 +135,12 @@ def check_changes(replay: Replay, changes: Mapping[str, Any]) -> None:
         "priority",
     ):
         raise ConfigError(f"--scheduling-policy {policy!r}: fcfs or priority")
+    if policy == "priority" and not replay.priorities_known:
+        raise ConfigError(
+            "--scheduling-policy priority: the data gives no request priorities (a `priority` "
+            "column in the request rows, or `priorities` in the bench JSON); the replay would "
+            "put every request at priority 0, which is fcfs"
+        )
 
 
 @dataclass(frozen=True)
@@ -209,13 +215,33 @@ def workload_from_latencies(frame: pl.DataFrame | None) -> Workload | None:
     first = rows["start"].min()
     arrival = (rows["start"] - first).dt.total_microseconds().cast(pl.Float64) / 1e6
     n = rows.height
+    known = has_priorities(rows)
+    # A row without a priority is sent without one: vLLM's default, 0.
+    priority = rows["priority"].fill_null(0).to_numpy() if known else np.zeros(n)
+    description: dict[str, Any] = {
+        "kind": "client results",
+        "requests": n,
+        "basis": f"{n} client requests",
+    }
+    if known:
+        classes = rows["priority"].fill_null(0).value_counts().sort("priority").rows()
+        description["priorities"] = {str(p): c for p, c in classes}
     return Workload(
         arrival=arrival.to_numpy(),
         prompt_len=rows["prompt_tokens"].clip(lower_bound=1).to_numpy(),
         # Failed requests report 0 output tokens: replayed as 1-token requests.
         output_len=rows["output_tokens"].clip(lower_bound=1).to_numpy(),
-        priority=np.zeros(n, dtype=np.int64),
-        description={"kind": "client results", "requests": n, "basis": f"{n} client requests"},
+        priority=priority.astype(np.int64),
+        description=description,
+    )
+
+
+def has_priorities(frame: pl.DataFrame | None) -> bool:
+    """The client rows give request priorities (a `priority` column with a value)."""
+    return (
+        frame is not None
+        and "priority" in frame.columns
+        and frame["priority"].null_count() < frame.height
     )
 
 
@@ -229,10 +255,23 @@ def _observed_from_latencies(frame: pl.DataFrame, workload: Workload) -> Observe
     span = float(end.max() - start.min())
     out = rows["output_tokens"].fill_null(0).sum() if "output_tokens" in rows.columns else None
     e2e = rows["e2e"].to_numpy()
+    classes: dict[str, dict[str, float | int | None]] = {}
+    if has_priorities(rows):
+        for (p,), part in rows.with_columns(pl.col("priority").fill_null(0)).group_by(
+            "priority", maintain_order=True
+        ):
+            ttft = part["ttft"].drop_nulls().to_numpy()
+            classes[str(p)] = {
+                "requests": part.height,
+                "e2e_p99": float(np.percentile(part["e2e"].to_numpy(), 99)),
+                "ttft_p99": float(np.percentile(ttft, 99)) if len(ttft) else None,
+            }
+        classes = dict(sorted(classes.items(), key=lambda kv: int(kv[0])))
     return ObservedFigures(
         requests=rows.height,
         output_throughput=float(out) / span if out and span > 0 else None,
         e2e_p99=float(np.percentile(e2e, 99)) if len(e2e) else None,
+        per_priority=classes,
     )
 
 
@@ -256,6 +295,15 @@ def _model_for(capacity: Capacity) -> kvmodel.ModelSpec | None:
     return None
 
 
+def _blocks_from_tokens(capacity: Capacity) -> int | None:
+    """V1 logs `GPU KV cache size: N tokens`, which is the blocks (null block included) x
+    block_size with one KV cache group; with the block size known, that is the block count."""
+    tokens, size = capacity.kv_cache_tokens, capacity.block_size
+    if tokens and size and tokens % size == 0:
+        return tokens // size
+    return None
+
+
 def settings(
     capacity: Capacity,
     base: SimConfig,
@@ -273,11 +321,12 @@ def settings(
         "pipeline_parallel_size": capacity.pipeline_parallel_size,
         "block_size": capacity.block_size,
         "max_model_len": capacity.max_model_len,
-        "num_gpu_blocks_override": capacity.num_gpu_blocks,
+        "num_gpu_blocks_override": capacity.num_gpu_blocks or _blocks_from_tokens(capacity),
         "scheduling_policy": capacity.scheduling_policy
         if capacity.scheduling_policy in ("fcfs", "priority")
         else None,
         "scheduler_reserve_full_isl": reserves_full_isl(capacity.vllm_version),
+        "enable_prefix_caching": capacity.enable_prefix_caching,
     }
     chosen: dict[str, Any] = {}
     for key, value in observed.items():
@@ -355,20 +404,15 @@ def build_replay(
     config = settings(
         capacity, base or SimConfig(), current or {}, assumptions, presets_given=presets_given
     )
-    fitted = fit_step_cost(latencies, metrics, stats)
+    hit_rate = _prefix_hit_rate(metrics, stats)
+    caching = config.enable_prefix_caching
+    fitted = fit_step_cost(latencies, metrics, stats, prefix_hit_rate=hit_rate if caching else None)
     if fitted is not None:
         config = dataclasses.replace(config, step_cost=fitted)
     else:
         assumptions.append(
             f"no step timings to fit: step times from the roofline of {config.model.name} on "
             f"{config.gpu.name} (presets)"
-        )
-    hit_rate = _prefix_hit_rate(metrics, stats)
-    if hit_rate is not None and hit_rate >= SHARED_PREFIX_WARN:
-        assumptions.append(
-            f"the prefix cache hit rate is {hit_rate:.0%}: prompts share prefixes, which the "
-            "simulator does not model (it recomputes them): expect fewer preemptions, higher "
-            "throughput and lower latency than replayed"
         )
     workload = workload_from_latencies(latencies)
     if latencies is not None and workload is not None and _usable_rows(latencies) > len(workload):
@@ -406,7 +450,77 @@ def build_replay(
             )
     else:
         assumptions.append("no workload to replay: no request data or stats lines")
-    return Replay(workload, config, figures, assumptions, basis)
+    figures = dataclasses.replace(figures, prefix_cache_hit_rate=hit_rate)
+    if workload is not None and len(workload):
+        workload = _with_shared_prefix(workload, config, hit_rate, assumptions)
+    known = has_priorities(latencies) and workload is not None
+    if config.scheduling_policy == "priority" and not known:
+        assumptions.append(
+            "the server schedules by priority but the data gives no request priorities: "
+            "every request replayed at priority 0"
+        )
+    return Replay(workload, config, figures, assumptions, basis, priorities_known=known)
+
+
+def _with_shared_prefix(
+    workload: Workload, config: SimConfig, hit_rate: float | None, assumptions: list[str]
+) -> Workload:
+    """The workload with the shared prefix the observed prefix-cache hit rate implies.
+
+    vLLM counts, for each request's first admission, its prompt tokens (queries) and those
+    found in full cached blocks (hits). With one prefix of k blocks shared by every prompt
+    longer than it, each such request but the first hits k x block_size tokens: the k whose
+    hit rate comes nearest the observed one is the prefix replayed (the replay then shares
+    its blocks as vLLM does, and says so when its own hit rate differs).
+    """
+    if not config.enable_prefix_caching:
+        if hit_rate:
+            assumptions.append(
+                f"prefix caching is off in the server's args, yet a hit rate of {hit_rate:.0%} "
+                "was counted: replayed without sharing"
+            )
+        return workload
+    if hit_rate is None or hit_rate <= 0:
+        return workload
+    bs = config.block_size
+    prompt = np.sort(workload.prompt_len)
+    queries = float(prompt.sum())
+    k = np.arange(int(prompt[-1] - 1) // bs + 1, dtype=np.int64)
+    members = len(prompt) - np.searchsorted(prompt, k * bs, side="right")  # prompts > k blocks
+    rates = np.maximum(members - 1, 0) * k * bs / queries
+    best = int(np.argmin(np.abs(rates - hit_rate)))
+    tokens = best * bs
+    if best == 0:
+        assumptions.append(
+            f"a prefix-cache hit rate of {hit_rate:.1%} implies no shared block: none replayed"
+        )
+        return workload
+    group = np.where(workload.prompt_len > tokens, 0, -1).astype(np.int64)
+    assumptions.append(
+        f"prefix-cache hit rate {hit_rate:.0%}: replayed as one {tokens:,}-token prefix shared "
+        f"by {int((group == 0).sum()):,} of {len(workload):,} prompts (hit rate "
+        f"{float(rates[best]):.0%} if every later one hits it; prefixes inferred from the "
+        "counters, not from token ids)"
+    )
+    return workload.with_prefix(group, np.where(group == 0, tokens, 0).astype(np.int64))
+
+
+HIT_RATE_TOLERANCE = 0.05  # absolute: a replayed hit rate further off is stated
+
+
+def hit_rate_note(replay: Replay, now: WhatIfOutcome) -> str | None:
+    """The replay's prefix-cache hit rate beside the observed one, when they differ."""
+    seen, replayed = replay.observed.prefix_cache_hit_rate, now.prefix_cache_hit_rate
+    if seen is None:
+        return None
+    if replayed is None:
+        replayed = 0.0
+    if abs(replayed - seen) <= HIT_RATE_TOLERANCE:
+        return None
+    return (
+        f"the replay's prefix-cache hit rate is {replayed:.0%}, the deployment's {seen:.0%}: "
+        "the replay does not reproduce its sharing"
+    )
 
 
 def _usable_rows(frame: pl.DataFrame) -> int:
@@ -439,9 +553,6 @@ def _note_whole_run(preemptions: int | None, replayed: int, assumptions: list[st
             f"the replay covers the latest {replayed:,} requests; the {preemptions:,} "
             "preemptions counted cover the whole run, so the two are not compared"
         )
-
-
-SHARED_PREFIX_WARN = 0.05
 
 
 def _prefix_hit_rate(metrics: pl.DataFrame | None, stats: pl.DataFrame | None) -> float | None:

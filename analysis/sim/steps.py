@@ -349,7 +349,7 @@ def schedule_running(
     free: int,
     bs: int,
     policy_priority: bool,
-    on_preempt: Callable[[int, int, int], None] | None = None,
+    on_preempt: Callable[[int, int, int], int] | None = None,
 ) -> tuple[dict[int, int], int, int, int]:
     """The running loop of vLLM's `Scheduler.schedule()` when blocks run short (V1 semantics)."""
     sched: dict[int, int] = {}
@@ -376,9 +376,11 @@ def schedule_running(
                     index -= 1
             else:
                 victim = running.pop()
-            free += int(blocks[victim])
-            if on_preempt is not None:  # the free queue learns where its blocks went
-                on_preempt(victim, int(blocks[victim]), int(computed[victim]))
+            # The free queue learns where its blocks went (and which others still share).
+            if on_preempt is not None:
+                free += on_preempt(victim, int(blocks[victim]), int(computed[victim]))
+            else:
+                free += int(blocks[victim])
             blocks[victim] = 0
             computed[victim] = 0
             npre[victim] += 1
@@ -390,6 +392,11 @@ def schedule_running(
                 scheduled = False
                 break
         if not scheduled:
+            if policy_priority:
+                # It was the lowest priority and preempted itself; those after it rank higher
+                # and may fit in the blocks it freed: vLLM goes on (scheduler.py, 0.33), and
+                # `index` already points at the next one.
+                continue
             break
         sched[req] = tokens
         budget -= tokens

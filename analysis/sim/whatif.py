@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,10 @@ class WhatIfOutcome:
     recomputed_tokens: int  # prefill work redone because of preemption
     peak_running: int = 0  # the most requests running at once (within a step)
     budget_needed: int = 0  # SimResult.budget_needed: a smaller token budget changes the run
+    prefix_cache_hit_rate: float | None = None  # hits / queries of first admissions (vLLM's)
+    # Per priority class (when the workload has priorities): requests, e2e_p99, ttft_p99,
+    # preemptions; keys are the priorities as text (JSON object keys).
+    per_priority: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
 
     @property
     def e2e_p99_over_mean(self) -> float | None:
@@ -90,7 +94,8 @@ def outcome(result: SimResult) -> WhatIfOutcome:
     e2e, ttft = result.e2e(), result.ttft()
     span = result.end_time - (float(result.workload.arrival[0]) if len(result.workload) else 0.0)
     finished = int(result.finished_mask.sum())
-    prompt_total = int(result.prompt_len.sum())
+    # Prompt tokens computed once: all of them but the prefix-cache hits of first admissions.
+    prompt_total = int(result.prompt_len.sum()) - (result.prefix_cache_hits or 0)
     recomputed = max(0, int(result.steps.prefill_tokens.sum()) - prompt_total)
     return WhatIfOutcome(
         settings=_settings(result.config),
@@ -109,7 +114,30 @@ def outcome(result: SimResult) -> WhatIfOutcome:
         recomputed_tokens=recomputed,
         peak_running=peak_running(result),
         budget_needed=result.budget_needed,
+        prefix_cache_hit_rate=result.prefix_cache_hit_rate,
+        per_priority=per_priority(result),
     )
+
+
+def per_priority(result: SimResult) -> dict[str, dict[str, float | int | None]]:
+    """Figures per priority class, when the workload has more than one class or any but 0."""
+    prio = result.workload.priority
+    classes = np.unique(prio)
+    if not len(classes) or (len(classes) == 1 and classes[0] == 0):
+        return {}
+    arrival, finish, first = result.workload.arrival, result.finish, result.first_token
+    out: dict[str, dict[str, float | int | None]] = {}
+    for p in classes.tolist():
+        mask = prio == p
+        e2e = (finish - arrival)[mask]
+        ttft = (first - arrival)[mask]
+        out[str(p)] = {
+            "requests": int(mask.sum()),
+            "e2e_p99": _pct(e2e[~np.isnan(e2e)], 99),
+            "ttft_p99": _pct(ttft[~np.isnan(ttft)], 99),
+            "preemptions": int(result.num_preemptions[mask].sum()),
+        }
+    return out
 
 
 def peak_running(result: SimResult) -> int:

@@ -5,6 +5,8 @@ Pure and seeded: the same arguments and seed give the same arrays.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -65,11 +67,23 @@ class Workload:
     priority: IntArray  # vLLM semantics: lower value = served first
     request_ids: tuple[str, ...] = ()
     description: dict[str, Any] = field(default_factory=dict)
+    # Shared prefixes (a system prompt): requests of one group (>= 0; -1: none) start with
+    # the same `prefix_tokens` tokens, which vLLM's prefix cache computes once and shares.
+    prefix_group: IntArray | None = None
+    prefix_tokens: IntArray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival)
         if not (len(self.prompt_len) == len(self.output_len) == len(self.priority) == n):
             raise ConfigError("workload arrays differ in length")
+        if (self.prefix_group is None) != (self.prefix_tokens is None):
+            raise ConfigError("workload prefix_group and prefix_tokens go together")
+        if self.prefix_group is not None and self.prefix_tokens is not None:
+            if not len(self.prefix_group) == len(self.prefix_tokens) == n:
+                raise ConfigError("workload prefix arrays differ in length from arrivals")
+            grouped = self.prefix_group >= 0
+            if n and np.any(self.prefix_tokens[grouped] >= self.prompt_len[grouped]):
+                raise ConfigError("a shared prefix must be shorter than the prompt")
         if self.request_ids and len(self.request_ids) != n:
             raise ConfigError("workload request_ids differ in length from arrivals")
         if n and (np.any(np.diff(self.arrival) < 0) or self.arrival[0] < 0):
@@ -86,6 +100,24 @@ class Workload:
 
     def ids(self) -> tuple[str, ...]:
         return self.request_ids or tuple(f"req-{i}" for i in range(len(self)))
+
+    @property
+    def shares_prefixes(self) -> bool:
+        return self.prefix_group is not None and bool(np.any(self.prefix_group >= 0))
+
+    def digest(self) -> str:
+        """Everything a simulation reads from the workload, hashed (a cache key)."""
+        h = hashlib.sha1()
+        arrays = [self.arrival, self.prompt_len, self.output_len, self.priority]
+        if self.prefix_group is not None and self.prefix_tokens is not None:
+            arrays += [self.prefix_group, self.prefix_tokens]
+        for a in arrays:
+            h.update(np.ascontiguousarray(a).tobytes())
+            h.update(b"|")
+        return h.hexdigest()
+
+    def with_prefix(self, group: IntArray | None, tokens: IntArray | None) -> Workload:
+        return dataclasses.replace(self, prefix_group=group, prefix_tokens=tokens)
 
 
 def _arrivals(
@@ -176,7 +208,8 @@ def from_bench_result(result: Mapping[str, Any], *, source: str = "bench.json") 
     """The workload a `vllm bench serve --save-detailed` result recorded (a trace).
 
     Needs `input_lens` and `output_lens`; arrival times from `start_times` when present, else
-    spread evenly over `duration` (documented as an assumption by the caller).
+    spread evenly over `duration` (documented as an assumption by the caller); request
+    priorities from a `priorities` list beside them (else 0, vLLM's default).
     """
     from preemptscope.errors import InputError
 
@@ -196,6 +229,17 @@ def from_bench_result(result: Mapping[str, Any], *, source: str = "bench.json") 
         origin = "evenly spread over duration"
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
+    ranks = result.get("priorities")
+    if isinstance(ranks, list) and len(ranks) == n:
+        try:
+            values = np.asarray(ranks, dtype=np.float64)
+        except (TypeError, ValueError):
+            values = np.full(n, np.nan)
+        if not (np.isfinite(values).all() and (values == np.round(values)).all()):
+            raise InputError(source, "`priorities` must hold integers")
+        priority = values.astype(np.int64)[order]
+    else:
+        priority = np.zeros(n, dtype=np.int64)
     prompt = np.maximum(np.asarray(inputs, dtype=np.int64)[order], 1)
     # Failed requests report 0 output tokens; replay them as 1-token requests.
     output = np.maximum(np.asarray(outputs, dtype=np.int64)[order], 1)
@@ -203,7 +247,7 @@ def from_bench_result(result: Mapping[str, Any], *, source: str = "bench.json") 
         arrival=t,
         prompt_len=prompt,
         output_len=output,
-        priority=np.zeros(n, dtype=np.int64),
+        priority=priority,
         request_ids=tuple(f"trace-{i}" for i in order),
         description={"kind": "trace", "source": source, "arrivals": origin, "requests": n},
     )

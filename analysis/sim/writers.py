@@ -124,7 +124,7 @@ def _startup(log: _LogBuilder, result: SimResult, era: str, model_name: str) -> 
             f"max_model_len={cfg.max_model_len}, "
             f"pipeline_parallel_size={cfg.pipeline_parallel_size}, "
             f"tensor_parallel_size={cfg.tensor_parallel_size}, block_size={cfg.block_size}, "
-            f"enable_prefix_caching=False, swap_space=4, "
+            f"enable_prefix_caching={cfg.enable_prefix_caching}, swap_space=4, "
             f"gpu_memory_utilization={cfg.gpu_memory_utilization}, "
             f"num_gpu_blocks_override={cfg.num_gpu_blocks_override}, "
             f"max_num_batched_tokens={cfg.max_num_batched_tokens}, "
@@ -144,7 +144,8 @@ def _startup(log: _LogBuilder, result: SimResult, era: str, model_name: str) -> 
             "disable_custom_all_reduce=False, quantization=None, enforce_eager=False, "
             "kv_cache_dtype=auto, device_config=cuda, seed=0, "
             f"served_model_name={model_name}, use_v2_block_manager=False, "
-            "num_scheduler_steps=1, enable_prefix_caching=False, use_async_output_proc=True)",
+            f"num_scheduler_steps=1, enable_prefix_caching={cfg.enable_prefix_caching}, "
+            "use_async_output_proc=True)",
         )
         log.add(
             t + 20,
@@ -195,7 +196,7 @@ def _startup(log: _LogBuilder, result: SimResult, era: str, model_name: str) -> 
         f"pipeline_parallel_size={cfg.pipeline_parallel_size}, data_parallel_size=1, "
         "disable_custom_all_reduce=False, quantization=None, enforce_eager=False, "
         "kv_cache_dtype=auto, device_config=cuda, seed=0, "
-        f"served_model_name={model_name}, enable_prefix_caching=False, "
+        f"served_model_name={model_name}, enable_prefix_caching={cfg.enable_prefix_caching}, "
         f"chunked_prefill_enabled={cfg.enable_chunked_prefill}, pooler_config=None",
         proc=eng,
     )

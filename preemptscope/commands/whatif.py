@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -20,6 +21,7 @@ from rich.table import Table
 from preemptscope import jsonout
 from preemptscope.analysis.analyze import AnalysisParams, analyze_deployment
 from preemptscope.analysis.kvmodel import GPU_PRESETS, MODEL_PRESETS, gpu_preset
+from preemptscope.analysis.sim.closedloop import closed_loop
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.observed import (
     Replay,
@@ -27,6 +29,7 @@ from preemptscope.analysis.sim.observed import (
     check_changes,
     describe_cost,
     fit_line,
+    hit_rate_note,
     replay_inputs,
 )
 from preemptscope.analysis.sim.whatif import WhatIfOutcome, fmt_seconds
@@ -36,8 +39,17 @@ from preemptscope.errors import ConfigError
 from preemptscope.ingest.logs import ParseOptions
 from preemptscope.inputs import LoadOptions, load_inputs
 
+
+def _switch(text: str) -> bool:
+    """A vLLM boolean flag's value: true/false (also 1/0, yes/no)."""
+    value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    if text.strip().lower() not in value:
+        raise ValueError(text)
+    return value[text.strip().lower()]
+
+
 # Flags the user may change, as vLLM spells them, with their types.
-CHANGEABLE: dict[str, type] = {
+CHANGEABLE: dict[str, Callable[[str], Any]] = {
     "max_num_seqs": int,
     "gpu_memory_utilization": float,
     "max_num_batched_tokens": int,
@@ -47,6 +59,7 @@ CHANGEABLE: dict[str, type] = {
     "num_gpu_blocks_override": int,
     "scheduling_policy": str,
     "watermark": float,
+    "enable_prefix_caching": _switch,
 }
 
 
@@ -198,10 +211,22 @@ def run(args: argparse.Namespace) -> int:
         )
     check_changes(replay, changes)
     until = parse_duration(args.limit) if args.limit else None
-    now = replay.run(until=until)
+    # The step cost whose replay of now reproduces the observed figures (closedloop.py).
+    loop = closed_loop(replay, until=until)
+    replay, now, check = loop.replay, loop.now, loop.residual
     candidate = replay.run(changes, until=until) if changes else None
     curve = [replay.run({"max_num_seqs": v}, until=until) for v in values]
     workload = replay.workload
+    if workload is None:  # closed_loop keeps the workload: only the step cost moves
+        raise ConfigError("nothing to replay: no request data")
+    notes = [*replay.assumptions]
+    if (sharing := hit_rate_note(replay, now)) is not None:
+        notes.append(sharing)
+    if changes.get("enable_prefix_caching") and not replay.config.enable_prefix_caching:
+        notes.append(
+            "prefix caching is off in the data, so no hits were counted: the prediction with it "
+            "on shares no prefix across requests (only a victim gets its own blocks back)"
+        )
     if args.json:
         body: dict[str, Any] = {
             "sources": sources,
@@ -209,9 +234,17 @@ def run(args: argparse.Namespace) -> int:
             "settings": now.settings,
             "calibration": describe_cost(replay.config),
             "step_cost": _cost_dict(replay),
-            "assumptions": replay.assumptions,
+            "assumptions": notes,
             "observed": replay.observed.__dict__,
             "now": now.__dict__,
+            "fidelity": check.to_dict(),
+            "closed_loop": {
+                "replays": loop.replays,
+                "multipliers": dict(
+                    zip(("all", "per_step", "per_prefill_token"), loop.multipliers, strict=True)
+                ),
+                "summary": loop.describe(),
+            },
         }
         if candidate is not None:
             body["whatif"] = {
@@ -230,11 +263,14 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"Inputs: {', '.join(sources)}")
     console.print(f"Workload: {len(workload)} requests ({replay.workload_basis})")
     console.print(f"Step cost: {describe_cost(replay.config)}")
-    for note in replay.assumptions:
+    for note in notes:
         console.print(f"[yellow]Assumed:[/yellow] {note}")
     console.print(_fit_table(replay, now))
+    console.print(f"Calibration: {loop.describe()}")
     if candidate is not None:
         console.print(_comparison(changes, now, candidate))
+        if now.per_priority or candidate.per_priority:
+            console.print(_classes(replay, now, candidate))
     if curve:
         console.print(_curve(curve))
     console.print(
@@ -282,6 +318,42 @@ def _comparison(changes: dict[str, Any], now: WhatIfOutcome, new: WhatIfOutcome)
         table.add_column(column, justify="right")
     table.add_row(*_row("now", now))
     table.add_row(*_row("new", new))
+    return table
+
+
+def _classes(replay: Replay, now: WhatIfOutcome, new: WhatIfOutcome) -> Table:
+    """Per priority class: observed, now and new e2e / TTFT p99 and preemptions."""
+    table = Table(title="Per priority class (lower is served first under priority)")
+    for column in (
+        "priority",
+        "requests",
+        "e2e p99 seen",
+        "e2e p99 now",
+        "e2e p99 new",
+        "ttft p99 now",
+        "ttft p99 new",
+        "preempt now",
+        "preempt new",
+    ):
+        table.add_column(column, justify="right")
+    seen = replay.observed.per_priority
+    for cls in sorted(set(now.per_priority) | set(new.per_priority), key=int):
+        a, b, o = now.per_priority.get(cls, {}), new.per_priority.get(cls, {}), seen.get(cls, {})
+
+        def sec(v: float | int | None) -> str:
+            return fmt_seconds(None if v is None else float(v))
+
+        table.add_row(
+            cls,
+            f"{a.get('requests', b.get('requests', 0))}",
+            sec(o.get("e2e_p99")),
+            sec(a.get("e2e_p99")),
+            sec(b.get("e2e_p99")),
+            sec(a.get("ttft_p99")),
+            sec(b.get("ttft_p99")),
+            f"{a.get('preemptions', '-')}",
+            f"{b.get('preemptions', '-')}",
+        )
     return table
 
 

@@ -130,6 +130,14 @@ def cases(quick: bool = False) -> list[Case]:
         ),
         ("a10g-short-seqs256", short, SimConfig(gpu=a10g), {}),
         ("a10g-short-seqs16", short, SimConfig(gpu=a10g, max_num_seqs=16), {}),
+        # A shared 512-token system prompt (and no sharing for every fifth request).
+        ("l4-chat-shared-prefix", system(chat), base, {}),
+        (
+            "l4-priority-shared-prefix-tokens",
+            system(prio),
+            on_l4(scheduling_policy="priority"),
+            tokens,
+        ),
         ("demo-a10g", demo.workload, demo.config, tokens),
         (
             "demo-a10g-fitted-seqs20",
@@ -145,6 +153,14 @@ def cases(quick: bool = False) -> list[Case]:
             ("a10g-2rps", synthetic(rate=2.0, duration=1800.0, seed=1), SimConfig(gpu=a10g), {}),
         ]
     return out
+
+
+def system(workload: Workload) -> Workload:
+    """The workload with a 512-token prefix before four prompts in five (prefix caching)."""
+    n = len(workload)
+    group = np.where(np.arange(n) % 5 == 4, -1, 0).astype(np.int64)
+    shifted = dataclasses.replace(workload, prompt_len=workload.prompt_len + 512)
+    return shifted.with_prefix(group, np.where(group == 0, 512, 0).astype(np.int64))
 
 
 def run_case(simulate: Any, case: Case) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -9,9 +10,11 @@ import polars as pl
 import pytest
 from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.calibrate import fit, points_from_latencies
+from preemptscope.analysis.sim.closedloop import calibrated, closed_loop
 from preemptscope.analysis.sim.config import FittedStepCost, SimConfig, reserves_full_isl
 from preemptscope.analysis.sim.engine import simulate
-from preemptscope.analysis.sim.observed import ReplayFrames, build_replay
+from preemptscope.analysis.sim.fidelity import fidelity
+from preemptscope.analysis.sim.observed import ReplayFrames, build_replay, hit_rate_note
 from preemptscope.analysis.sim.scenarios import chat_traffic
 from preemptscope.ingest.schema import REQUEST_LATENCIES
 
@@ -84,12 +87,29 @@ def test_settings_come_from_the_data_and_presets_are_said() -> None:
     assert any(a.startswith("max_num_seqs not shown") for a in bare.assumptions)
 
 
-def test_shared_prefixes_are_said_to_be_outside_the_model() -> None:
+def test_the_observed_hit_rate_becomes_a_shared_prefix() -> None:
     rows = _client_rows(SimConfig(num_gpu_blocks_override=2000, step_cost=TRUE_COST))
     stats = pl.DataFrame({"running": [4, 5], "prefix_cache_hit_rate": [0.4, 0.5]})
-    replay = build_replay(Capacity(num_gpu_blocks=2000, block_size=16),
-                          ReplayFrames(latencies=rows, stats=stats), preemptions=None)  # fmt: skip
-    assert any("prefix cache hit rate is 45%" in a for a in replay.assumptions)
+    seen = Capacity(num_gpu_blocks=2000, block_size=16)
+    replay = build_replay(seen, ReplayFrames(latencies=rows, stats=stats), preemptions=None)
+    assert replay.observed.prefix_cache_hit_rate == pytest.approx(0.45)
+    wl = replay.workload
+    assert wl is not None and wl.shares_prefixes and wl.prefix_tokens is not None
+    assert any("prefix-cache hit rate 45%: replayed as one" in a for a in replay.assumptions)
+    now = replay.run()
+    assert now.prefix_cache_hit_rate == pytest.approx(0.45, abs=0.05)
+    assert hit_rate_note(replay, now) is None
+    # Caching off in the server's args: nothing is shared, and the count is said to be odd.
+    off = build_replay(
+        Capacity(num_gpu_blocks=2000, block_size=16, enable_prefix_caching=False),
+        ReplayFrames(latencies=rows, stats=stats),
+        preemptions=None,
+    )
+    assert off.workload is not None and not off.workload.shares_prefixes
+    assert not off.config.enable_prefix_caching
+    assert off.run().prefix_cache_hit_rate is None
+    note = hit_rate_note(off, off.run())
+    assert note is not None and "0%" in note and "45%" in note
 
 
 def test_no_request_data_means_nothing_to_replay() -> None:
@@ -109,3 +129,59 @@ def test_whole_prompt_admission_follows_the_logged_version(
     version: str | None, expected: bool | None
 ) -> None:
     assert reserves_full_isl(version) is expected
+
+
+def test_the_closed_loop_finds_a_cost_that_reproduces_now() -> None:
+    config = SimConfig(num_gpu_blocks_override=2000, max_model_len=8192, step_cost=TRUE_COST)
+    rows = _client_rows(config, rate=1.2)
+    seen = Capacity(num_gpu_blocks=2000, block_size=16, max_num_seqs=256, max_model_len=8192)
+    replay = build_replay(seen, ReplayFrames(latencies=rows), preemptions=None)
+    assert replay.config.step_cost is not None
+    # Start from a cost 40 % too slow: the replay of now misses, the closed loop mends it.
+    slow = dataclasses.replace(
+        replay.config.step_cost,
+        per_step_s=replay.config.step_cost.per_step_s * 1.4,
+        per_decode_token_s=replay.config.step_cost.per_decode_token_s * 1.4,
+        per_prefill_token_s=replay.config.step_cost.per_prefill_token_s * 1.4,
+    )
+    off = dataclasses.replace(replay, config=dataclasses.replace(replay.config, step_cost=slow))
+    assert not fidelity(off.observed, off.run()).verified
+    loop = closed_loop(off)
+    assert loop.replays > 1
+    assert loop.residual.verified
+    assert loop.residual.score() < fidelity(off.observed, off.run()).score()
+    assert loop.describe().startswith("closed loop over ")
+    assert loop.multipliers[0] < 1.0  # it sped the cost up
+    # A cost that already reproduces now is kept, after one replay.
+    kept = closed_loop(loop.replay)
+    assert kept.replays == 1 and kept.replay is loop.replay
+    assert calibrated(off).config == loop.replay.config  # what the advice replays
+    nothing = build_replay(Capacity(num_gpu_blocks=2000), ReplayFrames(), preemptions=3)
+    assert calibrated(nothing) is nothing  # nothing to replay: as it is
+
+
+def test_the_replay_memo_tells_priorities_and_prefixes_apart() -> None:
+    """Two workloads alike but for priorities (or a shared prefix) are two replays."""
+    config = SimConfig(num_gpu_blocks_override=300, max_model_len=4096, step_cost=TRUE_COST)
+    rows = _client_rows(config, rate=1.5)
+    seen = Capacity(
+        num_gpu_blocks=300, block_size=16, max_num_seqs=64, scheduling_policy="priority"
+    )
+    plain = build_replay(seen, ReplayFrames(latencies=rows), preemptions=None)
+    assert plain.workload is not None and not plain.priorities_known
+    n = len(plain.workload)
+    ranked = dataclasses.replace(
+        plain,
+        workload=dataclasses.replace(plain.workload, priority=np.arange(n, dtype=np.int64) % 2),
+    )
+    a, b = plain.run(), ranked.run()
+    assert not a.per_priority and set(b.per_priority) == {"0", "1"}
+    assert (a.e2e_p99, a.preemptions) != (b.e2e_p99, b.preemptions)
+    shared = dataclasses.replace(
+        plain,
+        workload=plain.workload.with_prefix(
+            np.zeros(n, dtype=np.int64), np.minimum(plain.workload.prompt_len - 1, 256)
+        ),
+    )
+    assert shared.run().prefix_cache_hit_rate != a.prefix_cache_hit_rate
+    assert any("no request priorities" in x for x in plain.assumptions)

@@ -247,3 +247,40 @@ def test_lazy_decode_and_plain_steps_agree_where_the_budget_binds(
     case: tuple[Workload, SimConfig, dict[str, object]],
 ) -> None:
     run_both(case)
+
+
+@st.composite
+def shared_prefix_runs(draw: st.DrawFn) -> tuple[Workload, SimConfig, dict[str, object]]:
+    """Prompts that share prefixes (up to three groups, some requests in none), prefix
+    caching on: the shared blocks' reference counts and free-queue positions must make the
+    same decisions in lazy and plain steps."""
+    workload, config, kwargs = draw(small_runs())
+    config = dataclasses.replace(config, enable_prefix_caching=True)
+    n = len(workload)
+    longest = config.max_model_len - 1
+    lengths = [draw(st.integers(1, max(1, longest - 1))) for _ in range(3)]
+    group = np.asarray(draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n)), dtype=np.int64)
+    prefix = np.asarray([lengths[g] if g >= 0 else 0 for g in group.tolist()], dtype=np.int64)
+    # A member's prompt is its group's prefix and at least one token more.
+    prompt = np.where(group >= 0, np.maximum(workload.prompt_len, prefix + 1), workload.prompt_len)
+    prompt = np.minimum(prompt, longest)
+    group = np.where(prefix < prompt, group, -1)
+    workload = dataclasses.replace(workload, prompt_len=prompt.astype(np.int64))
+    return workload.with_prefix(group, np.where(group >= 0, prefix, 0)), config, kwargs
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shared_prefix_runs())
+def test_lazy_decode_and_plain_steps_agree_with_shared_prefixes(
+    case: tuple[Workload, SimConfig, dict[str, object]],
+) -> None:
+    workload, config, kwargs = case
+    lazy = simulate(workload, config, fast_forward=True, **kwargs)  # type: ignore[arg-type]
+    plain = simulate(workload, config, fast_forward=False, **kwargs)  # type: ignore[arg-type]
+    assert_same_run(lazy, plain)
+    assert lazy.prefix_cache_hits == plain.prefix_cache_hits
+    assert lazy.prefix_cache_queries == plain.prefix_cache_queries
+    # Blocks are neither lost nor made: every finished run ends with all of them free.
+    if kwargs["until"] is None:
+        assert plain.finished_mask.all()
+        assert plain.steps.used_blocks[-1] == 0

@@ -87,6 +87,25 @@ def test_fcfs_and_priority_victims() -> None:
     assert 1 not in running
 
 
+def test_priority_self_preemption_goes_on_to_the_next_request() -> None:
+    # Request 0 (priority 1, the lowest) needs a block and none is free: it preempts itself.
+    # vLLM 0.33 then schedules request 1 (priority 0), which fits; it does not stop there.
+    prio = np.array([1, 0], dtype=np.int64)
+    arrival = np.array([1.0, 0.0])
+    ntok = np.array([33, 20], dtype=np.int64)
+    computed = np.array([32, 19], dtype=np.int64)  # 0 needs a third block, 1 does not
+    blocks = np.array([2, 2], dtype=np.int64)
+    running = [0, 1]
+    sched, _, free, preempted = schedule_running(
+        running, WaitingQueue("priority", prio, arrival), ntok, computed, blocks, prio,
+        arrival, np.zeros(2, dtype=np.int64), [], [], 0.0, 8192, 0, 16, True,
+    )  # fmt: skip
+    assert preempted == 1
+    assert running == [1]
+    assert sched == {1: 1}  # the old engine stopped here: {} and one wasted step
+    assert free == 2
+
+
 def test_priority_policy_protects_high_priority_requests() -> None:
     config = dataclasses.replace(
         SimConfig(gpu=GPU_PRESETS["L4"], max_num_seqs=64), scheduling_policy="priority"
@@ -97,8 +116,10 @@ def test_priority_policy_protects_high_priority_requests() -> None:
     high = result.num_preemptions[workload.priority == 0].sum()
     low = result.num_preemptions[workload.priority == 1].sum()
     assert low > 50
-    # High-priority requests are only victims when no low-priority request is running.
-    assert high < low / 20
+    # High-priority requests are victims only when no low-priority request is running (a
+    # lowest-priority request that preempts itself lets the loop go on to higher ones, which
+    # may then preempt where no low one is left: vLLM 0.33 does the same).
+    assert high < low / 10
     e2e_high = (result.finish - workload.arrival)[workload.priority == 0].mean()
     e2e_low = (result.finish - workload.arrival)[workload.priority == 1].mean()
     assert e2e_high < e2e_low / 2

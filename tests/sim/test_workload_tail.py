@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from preemptscope.analysis.sim import workload as wl
@@ -15,7 +16,7 @@ from preemptscope.analysis.sim.whatif import ObservedLoad, observed_load, worklo
 from preemptscope.analysis.sim.workload import LengthDist
 from preemptscope.ingest.schema import TIMESTAMP
 
-from preemptscope.errors import ConfigError
+from preemptscope.errors import ConfigError, InputError
 
 _DISTS = [
     LengthDist("fixed", 100.0),
@@ -148,3 +149,15 @@ def test_a_load_kept_as_its_tail_replays_as_the_whole(
     assert got.description == expected.description
     for name in ("arrival", "prompt_len", "output_len", "priority"):
         assert np.array_equal(getattr(got, name), getattr(expected, name))
+
+
+def test_a_bench_trace_keeps_its_priorities() -> None:
+    from_bench_result = wl.from_bench_result
+    trace = {"input_lens": [5, 6], "output_lens": [3, 4], "start_times": [1.0, 0.5]}
+    assert from_bench_result(trace).priority.tolist() == [0, 0]  # none given: vLLM's default
+    ranked = from_bench_result({**trace, "priorities": [1, 0]})
+    assert ranked.priority.tolist() == [0, 1]  # sorted by start, priorities along
+    assert ranked.prompt_len.tolist() == [6, 5]
+    for bad in ([1, "x"], [1, 1.5]):
+        with pytest.raises(InputError, match="`priorities` must hold integers"):
+            from_bench_result({**trace, "priorities": bad})

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from preemptscope.analysis.latency import samples_window_stats
-from preemptscope.ingest.bench import read_bench, read_latencies
+from preemptscope.ingest.bench import REQUEST_ROWS, read_bench, read_latencies
 from preemptscope.ingest.schema import REQUEST_LATENCIES
 
 from preemptscope.errors import InputError
@@ -21,7 +21,9 @@ T = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 def test_vllm_bench_detailed_places_requests_in_time() -> None:
     frame = read_latencies(FIXTURES / "vllm_bench_0_33_detailed.json", deployment="d")
-    assert frame.schema == REQUEST_LATENCIES
+    assert frame.schema == REQUEST_ROWS
+    assert frame.drop("priority").schema == REQUEST_LATENCIES
+    assert frame["priority"].null_count() == 12  # the file gives none
     assert frame.height == 12
     assert frame["origin"].unique().to_list() == ["vllm_bench"]
     # date 10:02:10 minus duration 10 s; start_times are perf_counter offsets 0.25 s apart
@@ -162,6 +164,29 @@ def test_generic_jsonl() -> None:
     assert frame["success"].to_list() == [True, True, False]
     stats = samples_window_stats(frame, "e2e", T, T + timedelta(seconds=60))
     assert stats is not None and stats.count == 2
+
+
+def test_priority_column_and_bench_priorities(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        '{"start": 1795946400, "e2e": 1.0, "priority": 0}\n'
+        '{"start": 1795946401, "e2e": 2.0, "priority": 1.0}\n'
+        '{"start": 1795946402, "e2e": 2.0}\n'
+    )
+    assert read_latencies(rows, deployment="d")["priority"].to_list() == [0, 1, None]
+    csv_rows = tmp_path / "rows.csv"
+    csv_rows.write_text("start,e2e,priority\n1795946400,1.0,-2\n1795946401,1.0,x\n")
+    with pytest.raises(InputError, match=r"rows.csv:3: `priority` must be an integer, got 'x'"):
+        read_latencies(csv_rows, deployment="d")
+    document = json.loads((FIXTURES / "vllm_bench_0_33_detailed.json").read_text())
+    document["priorities"] = [i % 2 for i in range(12)]
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(document))
+    assert read_latencies(bench, deployment="d")["priority"].to_list() == [i % 2 for i in range(12)]
+    document["priorities"][3] = 0.5
+    bench.write_text(json.dumps(document))
+    with pytest.raises(InputError, match=r"`priorities` must hold integers, got 0.5"):
+        read_latencies(bench, deployment="d")
 
 
 def test_json_array_of_rows(tmp_path: Path) -> None:
