@@ -295,15 +295,6 @@ def find_limit(
     )
 
 
-LIMIT_LABELS = {
-    LIMIT_KV: "the KV cache",
-    LIMIT_SEQS: "max_num_seqs (request slots)",
-    LIMIT_BUDGET: "max_num_batched_tokens (the token budget per step)",
-    "none": "none",
-    "unknown": "unknown",
-}
-
-
 def limit_sentence(limit: LimitName, f: LimitFinding) -> str:
     """The plain sentence for verdict.limit, from the finding's own figures."""
     if limit in ("none", "unknown"):
