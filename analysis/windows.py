@@ -791,13 +791,19 @@ def _derive(
         & ~at_cap.fill_null(False) & ~kv_pinned & (waiting >= running)
     )  # fmt: skip
     budget_full = measured.fill_null(False) | eliminated
+    # vLLM stops admitting when running == max_num_seqs before it asks for KV blocks, so a
+    # queue behind a batch at its cap is the cap's, whatever KV reads; KV holds requests back
+    # when it preempts them, or when a queue waits at full KV below the cap.
+    pinned = at_cap.fill_null(False)
+    evicting = (preempted | pl.col("likely_preempting")) & ~pl.col("forced_preemptions")
+    held = queue | (pl.col("over_capacity") & (pl.col("waiting_max").fill_null(0) > 0))
     none = pl.lit([], dtype=pl.List(pl.String()))
     t = t.with_columns(
         limits=pl.concat_list(
-            pl.when(pl.col("over_capacity") | (queue & kv_pinned))
+            pl.when(evicting | (held & kv_pinned & ~pinned) | (pl.col("over_capacity") & ~held))
             .then(pl.lit([LIMIT_KV]))
             .otherwise(none),
-            pl.when(queue & at_cap.fill_null(False)).then(pl.lit([LIMIT_SEQS])).otherwise(none),
+            pl.when(held & pinned).then(pl.lit([LIMIT_SEQS])).otherwise(none),
             pl.when(queue & budget_full).then(pl.lit([LIMIT_BUDGET])).otherwise(none),
         ),
     )
