@@ -376,22 +376,33 @@ def parse_metrics_text(
     ).select(METRIC_SAMPLES.names())
 
 
+def vllm_samples(frame: pl.DataFrame) -> pl.DataFrame:
+    """The samples vLLM exported (vllm:*, and Ray Serve's ray_vllm* re-export)."""
+    name = pl.col("raw_name")
+    return frame.filter(name.str.starts_with("vllm:") | name.str.starts_with("ray_vllm"))
+
+
+def no_vllm_sample(frame: pl.DataFrame) -> str | None:
+    """Why a /metrics input holds nothing to analyse (None: it has vLLM samples)."""
+    if vllm_samples(frame).height:
+        return None
+    what = (
+        "HELP/TYPE lines only (vLLM's metrics were not enabled, or the scrape was cut)"
+        if frame.height == 0
+        else f"{frame.height} sample(s) of other exporters only (is this vLLM's /metrics?)"
+    )
+    return f"no vLLM sample in this file: {what}"
+
+
 def snapshot_notes(frame: pl.DataFrame) -> list[str]:
     """What a reader must know about /metrics samples before trusting them (for the report)."""
-    vllm = frame.filter(
-        pl.col("raw_name").str.starts_with("vllm:") | pl.col("raw_name").str.starts_with("ray_vllm")
-    )
+    vllm = vllm_samples(frame)
     if vllm.height:
         unread = vllm.filter(~has_number()).height
         if unread:
             return [f"{unread} vLLM sample(s) NaN, infinite or past 64 bits: not used (no number)"]
         return []
-    if frame.height == 0:
-        return [
-            "no vLLM samples: the text has no samples at all (HELP/TYPE lines only; "
-            "vLLM's metrics were not enabled, or the scrape was cut)"
-        ]
-    return [f"no vLLM samples: {frame.height} other sample(s) only (is this vLLM's /metrics?)"]
+    return [no_vllm_sample(frame) or ""]
 
 
 # ISO 8601 extended (colons may be written as dashes in file names), ISO basic, or epoch.

@@ -178,11 +178,11 @@ def load_inputs(
             frame = _read_metrics(path, name, opts)
             notes = metrics.snapshot_notes(frame)
             kept = frame
-            if not _holds_vllm_sample(frame):
-                why = sniff.no_vllm_sample(path, frame)
+            empty = metrics.no_vllm_sample(frame)
+            if empty is not None:
                 if len(resolved) == 1 and not named_logs:
-                    raise InputError(path, why)  # nothing else to analyze
-                notes = [why]
+                    raise InputError(path, empty)  # nothing else to analyze
+                notes = [empty]
                 kept = frame.clear()  # other exporters' scrapes are no vLLM record
             metric_frames.setdefault(name, []).append(kept)
             target.sources.append(
@@ -527,11 +527,6 @@ def _server_labels(servers: Sequence[Sequence[LogFrames]], pieces: Pieces) -> li
     if len(set(stems)) == len(stems) and all(_NAME.match(s) for s in stems):
         return stems
     return [f"server-{i}" for i in range(1, len(servers) + 1)]
-
-
-def _holds_vllm_sample(frame: pl.DataFrame) -> bool:
-    name = pl.col("raw_name")
-    return frame.filter(name.str.starts_with("vllm:") | name.str.starts_with("ray_vllm")).height > 0
 
 
 def _read_metrics(spec: str, name: str, opts: LoadOptions) -> pl.DataFrame:

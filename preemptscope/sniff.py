@@ -11,8 +11,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-import polars as pl
-
 from preemptscope.errors import InputError
 from preemptscope.ingest._reader import open_binary
 from preemptscope.ingest.logs import _NOT_LOGS  # the suffixes a directory's log walk skips
@@ -110,16 +108,6 @@ def _json(text: bytes, *, whole: bool) -> bool:
     except json.JSONDecodeError as err:
         return err.pos >= _JSON_PREFIX
     return True
-
-
-def no_vllm_sample(path: str, frame: pl.DataFrame) -> str:
-    """Why a /metrics input holds nothing to analyse (not "too few scrapes")."""
-    what = (
-        "HELP/TYPE lines only (vLLM's metrics not enabled, or the scrape was cut)"
-        if frame.is_empty()
-        else f"{frame.height} sample(s) of other exporters only; is this vLLM's /metrics?"
-    )
-    return f"no vLLM sample in {path}: {what}"
 
 
 def describe_path(path: str, lines: int, *, report: bool) -> str:

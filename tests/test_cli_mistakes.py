@@ -125,7 +125,7 @@ def test_a_metrics_file_without_a_vllm_sample_says_so(tmp_path: Path, text: str,
     code, out, err = run("report", "--metrics", str(path))
     line = one_error(err)
     assert code == 2 and out == ""
-    assert f"no vLLM sample in {path}: {says}" in line and "at least" not in line
+    assert f"{path}: no vLLM sample in this file: {says}" in line and "at least" not in line
 
 
 def test_several_non_logs_are_counted_in_the_one_line(not_logs: dict[str, Path]) -> None:

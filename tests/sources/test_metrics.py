@@ -367,7 +367,7 @@ def test_help_type_only_snapshot_says_no_vllm_samples() -> None:
     frame = _round2("m04")  # metrics disabled: HELP/TYPE lines, zero samples
     assert frame.height == 0
     (note,) = snapshot_notes(frame)
-    assert note.startswith("no vLLM samples:") and "HELP/TYPE lines only" in note
+    assert note.startswith("no vLLM sample in this file:") and "HELP/TYPE lines only" in note
     python_only = parse_metrics_text(
         "# TYPE python_gc_objects_collected_total counter\n"
         'python_gc_objects_collected_total{generation="0"} 1.0\n',
@@ -376,19 +376,25 @@ def test_help_type_only_snapshot_says_no_vllm_samples() -> None:
         deployment="d",
     )
     assert snapshot_notes(python_only) == [
-        "no vLLM samples: 1 other sample(s) only (is this vLLM's /metrics?)"
+        "no vLLM sample in this file: 1 sample(s) of other exporters only (is this vLLM's "
+        "/metrics?)"
     ]
 
 
 def test_help_type_only_snapshot_in_a_report(capsys: pytest.CaptureFixture[str]) -> None:
+    """Alone, it is an input error (issue 23); beside a log, a note on its source."""
     from preemptscope.cli import main
 
     (path,) = ROUND2.glob("m04-*.prom")
-    assert main(["report", "--metrics", str(path), "--json"]) == 0
+    assert main(["report", "--metrics", str(path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: no vLLM sample in this file: HELP/TYPE lines only" in err
+    log = FIXTURES.parent / "logs" / "v1_v010_docker.log"
+    assert main(["report", str(log), "--metrics", str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    (source,) = report["sources"]
+    (source,) = [s for s in report["sources"] if s["kind"] == "metrics"]
     assert source["records"]["samples"] == 0
-    assert source["notes"][0].startswith("no vLLM samples:")
+    assert source["notes"][0].startswith("no vLLM sample in this file:")
 
 
 def test_multiprocess_bucket_fragment_without_type() -> None:
