@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -16,6 +15,7 @@ import httpx
 
 from preemptscope import settings
 from preemptscope.commands.serve import EXIT_BIND
+from tests.exporter.conftest import serve_process
 
 TOKEN = "sign-in-token-0123456789abcdef"
 
@@ -83,21 +83,8 @@ def _start(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[str], str, list
     tmp_path.mkdir(parents=True, exist_ok=True)
     log = tmp_path / "vllm.log"
     log.write_text("")
-    process = serve("--log", f"{log}=chat", "--state-dir", str(tmp_path / "state"),
-                    "--port", "0", *argv)  # fmt: skip
-    assert process.stderr is not None
-    seen: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        match = re.search(r"serving on (http://[\d.]+:\d+)", line)
-        if match:
-            return process, match.group(1), seen
-    process.kill()
-    raise AssertionError("serve did not start: " + "".join(seen))
+    return serve_process("--log", f"{log}=chat", "--state-dir", str(tmp_path / "state"),
+                         "--port", "0", *argv)  # fmt: skip
 
 
 def _stop(process: subprocess.Popen[str]) -> str:
