@@ -159,26 +159,34 @@ def _analysis_families(snap: Snapshot) -> Iterator[Metric]:
     gauges: dict[str, GaugeMetricFamily] = {
         name: GaugeMetricFamily(name, doc, labels=labels)
         for name, doc in (
-            ("preemptscope_kv_cache_usage_ratio", "Mean KV-cache usage in the latest window."),
-            ("preemptscope_kv_cache_usage_max_ratio", "Peak KV-cache usage, latest window."),
-            ("preemptscope_requests_running", "Mean running requests, latest window."),
-            ("preemptscope_requests_waiting", "Mean waiting requests, latest window."),
-            ("preemptscope_requests_waiting_max", "Peak waiting requests, latest window."),
-            ("preemptscope_window_preemptions", "Preemptions counted in the latest window."),
-            ("preemptscope_window_over_capacity", "1 when the latest window is over capacity."),
+            ("preemptscope_kv_cache_usage_ratio", "Mean KV-cache usage, last complete window."),
+            ("preemptscope_kv_cache_usage_max_ratio", "Peak KV-cache usage, last complete window."),
+            ("preemptscope_requests_running", "Mean running requests, last complete window."),
+            ("preemptscope_requests_waiting", "Mean waiting requests, last complete window."),
+            ("preemptscope_requests_waiting_max", "Peak waiting requests, last complete window."),
+            ("preemptscope_window_preemptions", "Preemptions counted in the last complete window."),
+            (
+                "preemptscope_window_over_capacity",
+                "1 when the last complete window is over capacity.",
+            ),
             ("preemptscope_window_seconds", "Length of the analysis windows."),
         )
     }
     latency_labels = ["deployment", "model_name", "metric"]
     p99 = GaugeMetricFamily(
-        "preemptscope_latency_p99_seconds", "p99 latency, latest window.", labels=latency_labels
+        "preemptscope_latency_p99_seconds",
+        "p99 latency, last complete window (none for a p99 in the first bucket).",
+        labels=latency_labels,
     )
     mean = GaugeMetricFamily(
-        "preemptscope_latency_mean_seconds", "Mean latency, latest window.", labels=latency_labels
+        "preemptscope_latency_mean_seconds",
+        "Mean latency, last complete window.",
+        labels=latency_labels,
     )
     ratio = GaugeMetricFamily(
         "preemptscope_latency_p99_over_mean_ratio",
-        "p99 / mean latency in the latest window: the tail that averages hide.",
+        "p99 / mean latency in the last complete window: the tail that averages hide (only"
+        " where the buckets resolve it).",
         labels=latency_labels,
     )
     window_s = float(report.parameters.get("window_s", 0.0))
