@@ -20,7 +20,13 @@ import pytest
 import yaml
 
 from tests.exporter.conftest import serve_process, wait_for
-from tests.exporter.test_prometheus_integration import alerts, free_port, query
+from tests.exporter.test_prometheus_integration import (
+    alerts,
+    free_port,
+    query,
+    start_prometheus,
+    stop_process,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = shutil.which("prometheus")
@@ -33,17 +39,8 @@ pytestmark = [
 
 
 def compose() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    return data["services"]
-
-
-def stop(process: subprocess.Popen[Any]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
+    services: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    return services
 
 
 def test_the_demo_stack_fills_the_panels_and_fires_the_alert(tmp_path: Path) -> None:
@@ -82,27 +79,7 @@ def test_the_demo_stack_fills_the_panels_and_fires_the_alert(tmp_path: Path) -> 
         job = next(j for j in config["scrape_configs"] if j["job_name"] == "preemptscope")
         assert job["static_configs"][0]["targets"] == ["preemptscope:18700"]
         job["static_configs"][0]["targets"] = [url.removeprefix("http://")]
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-        port = free_port()
-        prom = subprocess.Popen(
-            [
-                str(PROMETHEUS),
-                f"--config.file={tmp_path / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=(tmp_path / "prometheus.err").open("w"),
-        )
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
-
-        def ready() -> bool:
-            try:
-                return client.get("/-/ready").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(ready, timeout=30)
+        prom, client = start_prometheus(tmp_path, config)
         firing = wait_for(
             lambda: [
                 a for a in alerts(client, "PreemptscopeOverCapacity") if a["state"] == "firing"
@@ -132,6 +109,6 @@ def test_the_demo_stack_fills_the_panels_and_fires_the_alert(tmp_path: Path) -> 
         assert httpx.get(f"{url}/readyz", timeout=5).status_code == 200
     finally:
         if prom is not None:
-            stop(prom)
-        stop(process)
-        stop(fake)
+            stop_process(prom)
+        stop_process(process)
+        stop_process(fake)
