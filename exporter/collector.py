@@ -77,7 +77,8 @@ def _counters(snap: Snapshot) -> Iterator[Metric]:
     )
     rotations = CounterMetricFamily(
         "preemptscope_log_rotations",
-        "Log rotations seen, by kind (truncate: no copy found; missing: the file went away).",
+        "Log rotations seen, by kind (truncate: no copy found; missing: the file was deleted,"
+        " not renamed).",
         labels=["deployment", "kind"],
     )
     gaps = CounterMetricFamily(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -131,3 +132,24 @@ def test_json_logs_for_collectors(tmp_path: Path) -> None:
     assert metrics and metrics[0]["status"] == 200 and metrics[0]["method"] == "GET"
     assert isinstance(metrics[0]["duration_ms"], float)
     assert TOKEN not in text
+
+
+def test_outgoing_scrapes_are_logged_only_when_they_fail(tmp_path: Path) -> None:
+    """docs/exporter.md: a scrape of a vLLM target is no log line unless it fails."""
+    from tests.exporter.test_restart import demo_server
+
+    with demo_server() as fake:
+        process, url, _ = _start(
+            tmp_path, "--scrape", f"{fake}/healthy/metrics=ok", "--scrape",
+            "http://127.0.0.1:9/metrics=gone", "--scrape-interval", "0.5s",
+        )  # fmt: skip
+        with httpx.Client(base_url=url, timeout=10) as client:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                text = client.get("/metrics").text
+                if re.search(r'preemptscope_scrapes_total\{deployment="ok".*\} [3-9]', text):
+                    break
+                time.sleep(0.2)
+        rest = _stop(process)
+    assert "HTTP Request" not in rest and "/healthy/metrics" not in rest
+    assert re.search(r"WARNING .*scrape of http://127\.0\.0\.1:9/metrics failed", rest), rest
