@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from preemptscope.analysis.params import AnalysisParams
 from preemptscope.exporter.follower import Chunk, FileFollower, FollowerCheckpoint, RotationKind
 from preemptscope.exporter.history import COMPACT_AFTER, HistoryError, HistoryJournal, restore_info
 from preemptscope.exporter.live import LiveState, Snapshot
@@ -36,6 +37,7 @@ WRAP_WAIT_S = 0.25
 # lines/s cost ~5 % of a core and a line still shows on /metrics well within a second.
 PARSE_EVERY_S = 0.5
 PARSE_MAX_LINES = 50_000
+WARMUP_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -357,13 +359,22 @@ class Service:
 
     def _scrape_loop(self, target: ScrapeTarget) -> None:
         assert self.live is not None
+        # The verdict needs min_samples scrapes: the first ones come WARMUP_INTERVAL_S apart
+        # (then --scrape-interval), so the first verdict follows the first scrape within
+        # seconds instead of after min_samples intervals (bench/bench_first_verdict.py).
+        warmup = AnalysisParams().min_samples
+        succeeded = 0
         while not self._stop.is_set():
             started = time.monotonic()
-            self.scrape_once(target)
+            succeeded += self.scrape_once(target)
+            interval = self.settings.scrape_interval
+            if 0 < succeeded < warmup:
+                interval = min(interval, WARMUP_INTERVAL_S)
             elapsed = time.monotonic() - started
-            self._stop.wait(max(0.0, self.settings.scrape_interval - elapsed))
+            self._stop.wait(max(0.0, interval - elapsed))
 
-    def scrape_once(self, target: ScrapeTarget) -> None:
+    def scrape_once(self, target: ScrapeTarget) -> bool:
+        """Scrape one target into the live state; True when the scrape succeeded."""
         assert self.live is not None
         started = time.perf_counter()
         try:
@@ -382,7 +393,7 @@ class Service:
                 error=str(exc),
             )
             LOG.warning("scrape of %s failed: %s", target.url, exc)
-            return
+            return False
         except Exception as exc:  # a scrape never takes the service down
             self.live.add_scrape(
                 target.url,
@@ -392,11 +403,12 @@ class Service:
                 error=f"{type(exc).__name__}: {exc}",
             )
             LOG.exception("scrape of %s failed unexpectedly", target.url)
-            return
+            return False
         self.note_input()
         self.live.add_scrape(
             target.url, target.deployment, samples, duration_s=time.perf_counter() - started
         )
+        return True
 
     def _prometheus_loop(self, source: PrometheusSource) -> None:
         assert self.live is not None

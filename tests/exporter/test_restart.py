@@ -4,6 +4,7 @@ restart are what they were before it: the history is in the state directory."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
@@ -23,6 +24,7 @@ from tests.exporter.conftest import (
     append_lines,
     metric_value,
     over_capacity_lines,
+    running_service,
     serve_process,
     wait_for,
 )
@@ -164,3 +166,26 @@ def demo_segment() -> Any:
     again = decode(encode(segment))
     assert again.metrics[0][1].equals(samples)
     return segment
+
+
+def test_a_service_with_a_damaged_history_starts_with_its_totals(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    HistoryJournal(state).path(7).parent.mkdir()
+    HistoryJournal(state).path(7).write_bytes(b"not a segment")
+    totals = {"deployments": {"over": {"lines": 0, "preemptions": {"metrics_counter": 41}}}}
+    checkpoint = {"version": 1, "followers": {}, "totals": totals, "history": {"segments": [7]}}
+    (state / "checkpoint.json").write_text(json.dumps(checkpoint))
+    with demo_server() as fake, caplog.at_level("WARNING"):
+        argv = ("--scrape", f"{fake}/overloaded/metrics=over", "--scrape-interval", "1s")
+        with running_service(state, *argv) as live, live.client() as client:
+            wait_for(lambda: client.get("/readyz").status_code == 200)
+            text = client.get("/metrics").text
+            counted = metric_value(
+                text, "preemptscope_preemptions_total", deployment="over", source="metrics_counter"
+            )
+            assert counted is not None and counted >= 41
+    warned = [r.getMessage() for r in caplog.records if "history of the last run" in r.getMessage()]
+    assert len(warned) == 1 and "segment-000000000007.bin" in warned[0]
