@@ -28,6 +28,15 @@ from tests.exporter.conftest import (
     serve_process,
     wait_for,
 )
+from tests.exporter.test_prometheus_integration import (
+    PROMETHEUS,
+    ROOT,
+    alerts,
+    free_port,
+    query,
+    start_prometheus,
+    stop_process,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -189,3 +198,64 @@ def test_a_service_with_a_damaged_history_starts_with_its_totals(
             assert counted is not None and counted >= 41
     warned = [r.getMessage() for r in caplog.records if "history of the last run" in r.getMessage()]
     assert len(warned) == 1 and "segment-000000000007.bin" in warned[0]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus binary")
+def test_the_alert_stays_firing_through_kill_9_with_a_real_prometheus(tmp_path: Path) -> None:
+    """Issue 25: after a restart the gauge read 0 and the alert resolved. Debian's Prometheus
+    scrapes serve (on one port across the restart) every second with the shipped rules: every
+    sample of preemptscope_over_capacity after the restart is 1, and the alert that fired
+    before is the same alert after (its activeAt unchanged)."""
+    port = free_port()
+    with demo_server() as fake:
+        argv = (
+            "--state-dir", str(tmp_path / "state"), "--port", str(port),
+            "--scrape", f"{fake}/overloaded/metrics=over", "--scrape-interval", "1s",
+            "--window", "5s", "--min-episode", "15s",
+        )  # fmt: skip
+        process, url = start_serve(*argv)
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(ROOT / "dashboards" / "prometheus" / "rules.yml")],
+            "scrape_configs": [
+                {"job_name": "preemptscope", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+            ],
+        }
+        prom, client = start_prometheus(tmp_path, config)
+        try:
+
+            def firing() -> list[dict[str, Any]]:
+                return [
+                    a for a in alerts(client, "PreemptscopeOverCapacity") if a["state"] == "firing"
+                ]
+
+            before = wait_for(firing, timeout=90, interval=0.5)
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=10)
+            killed = time.time()
+            process, url = start_serve(*argv)
+            first_ready(url)
+            # Prometheus scrapes the restarted service for a while.
+            wait_for(
+                lambda: query(
+                    client,
+                    f'timestamp(preemptscope_over_capacity{{deployment="over"}}) > {killed + 3}',
+                ),
+                timeout=30,
+                interval=0.5,
+            )
+            since = max(2, int(time.time() - killed))
+            lowest = query(
+                client, f'min_over_time(preemptscope_over_capacity{{deployment="over"}}[{since}s])'
+            )
+            assert float(lowest[0]["value"][1]) == 1.0
+            after = firing()
+            assert [a["activeAt"] for a in after] == [a["activeAt"] for a in before]
+        finally:
+            stop_process(prom)
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
