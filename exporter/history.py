@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from preemptscope.ingest.schema import LineAccounting, LogFrames
+from preemptscope.ingest.schema import (
+    ARRIVALS,
+    FRAME_SCHEMAS,
+    JOINED,
+    METRIC_SAMPLES,
+    LineAccounting,
+    LogFrames,
+)
 
 LOG = logging.getLogger("preemptscope.exporter.history")
 
@@ -102,35 +109,52 @@ def decode(data: bytes) -> HistorySegment:
         header = json.loads(data[start : start + size])
         body = memoryview(data)[start + size :]
 
-        def table(where: list[int]) -> pl.DataFrame:
+        def table(where: list[int], schema: pl.Schema | None, name: str) -> pl.DataFrame:
             first, length = int(where[0]), int(where[1])
             if first < 0 or first + length > len(body):
                 raise HistoryError("a table lies past the end of the segment")
-            return pl.read_ipc(io.BytesIO(body[first : first + length]))
+            frame = pl.read_ipc(io.BytesIO(body[first : first + length]))
+            # Written by another version of preemptscope: its tables would break the analysis.
+            if schema is None or frame.schema != schema:
+                raise HistoryError(f"table {name} has columns this version does not write")
+            return frame
 
         segment = HistorySegment()
         for item in header["logs"]:
             frames = LogFrames(
                 source=str(item["source"]),
                 deployment=str(item["deployment"]),
-                frames={str(k): table(v) for k, v in item["frames"].items()},
+                frames={
+                    str(k): table(v, FRAME_SCHEMAS.get(str(k)), str(k))
+                    for k, v in item["frames"].items()
+                },
                 accounting=LineAccounting(**{k: int(item["accounting"][k]) for k in _ACCOUNTING}),
                 vllm_version=item["vllm_version"],
                 log_era=item["log_era"],
                 timezone=str(item["timezone"]),
                 year_source=item["year_source"],
                 summarized={str(k): int(v) for k, v in item["summarized"].items()},
-                arrivals=None if item["arrivals"] is None else table(item["arrivals"]),
-                joined=None if item["joined"] is None else table(item["joined"]),
+                arrivals=None
+                if item["arrivals"] is None
+                else table(item["arrivals"], _without_source(ARRIVALS), "arrivals"),
+                joined=None
+                if item["joined"] is None
+                else table(item["joined"], _without_source(JOINED), "joined"),
             )
             segment.logs.append(frames)
         for item in header["metrics"]:
-            segment.metrics.append((str(item["deployment"]), table(item["samples"])))
+            samples = table(item["samples"], METRIC_SAMPLES, "samples")
+            segment.metrics.append((str(item["deployment"]), samples))
     except HistoryError:
         raise
     except Exception as exc:  # any damage reads as one reason, never a traceback
         raise HistoryError(f"damaged segment ({type(exc).__name__}: {exc})") from None
     return segment
+
+
+def _without_source(schema: pl.Schema) -> pl.Schema:
+    """The live state keeps one file per LogFrames: the reducer's `source` column is dropped."""
+    return pl.Schema({name: dtype for name, dtype in schema.items() if name != "source"})
 
 
 class HistoryJournal:

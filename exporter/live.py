@@ -165,6 +165,7 @@ class LiveState:
         self._unsaved = HistorySegment()
         self._dirty = True
         self._version = 0
+        self._changes = 0  # inputs taken (what a checkpoint holds), not analyses
         self._snapshot = Snapshot(None, self._copy_totals(), {}, None, None, {})
         self._served: Snapshot = self._snapshot
 
@@ -224,17 +225,20 @@ class LiveState:
             self._unsaved.logs.append(frames)
             self._dirty = True
             self._version += 1
+            self._changes += 1
 
     def add_rotation(self, deployment: str, kind: str) -> None:
         with self._lock:
             totals = self.totals.setdefault(deployment, DeploymentTotals())
             totals.rotations[kind] = totals.rotations.get(kind, 0) + 1
             self._version += 1
+            self._changes += 1
 
     def add_gaps(self, deployment: str, gaps: int) -> None:
         with self._lock:
             self.totals.setdefault(deployment, DeploymentTotals()).gaps += gaps
             self._version += 1
+            self._changes += 1
 
     def add_scrape(
         self,
@@ -252,6 +256,7 @@ class LiveState:
             status.scrapes += 1
             status.duration_s = duration_s
             self._version += 1
+            self._changes += 1
             if samples is None:
                 status.up, status.last_error = False, error
                 status.failures += 1
@@ -280,6 +285,7 @@ class LiveState:
             self._unsaved.metrics.append((deployment, samples))
             self._dirty = True
             self._version += 1
+            self._changes += 1
 
     # -- analysis ------------------------------------------------------------------------
 
@@ -372,10 +378,10 @@ class LiveState:
             return self._served
 
     @property
-    def version(self) -> int:
-        """Changes whenever anything a checkpoint holds may have changed."""
+    def changes(self) -> int:
+        """Moves whenever anything a checkpoint holds may have changed (not on analyses)."""
         with self._lock:
-            return self._version
+            return self._changes
 
     def take_history(self, *, full: bool) -> tuple[HistorySegment, dict[str, Any]]:
         """What the next checkpoint writes, taken at one moment: the frames added since the
@@ -406,6 +412,7 @@ class LiveState:
                     self._metrics.setdefault(name, []).append(samples)
             self._dirty = True
             self._version += 1
+            self._changes += 1
 
     def saved_state(self) -> dict[str, Any]:
         """The totals part of the checkpoint (see exporter/state.py)."""

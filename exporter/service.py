@@ -70,7 +70,7 @@ class Service:
         self._segments: list[int] = []  # history segments the last checkpoint names
         self._full_history = True  # the next checkpoint rewrites the whole history
         self._parsed_marks: dict[str, FollowerCheckpoint] = {}
-        self._checkpointed_version = -1
+        self._checkpointed_changes = -1
         self._last_checkpoint = 0.0
         self.live: LiveState | None = None
         self._saved: dict[str, Any] | None = None
@@ -303,7 +303,7 @@ class Service:
         """Checkpoint when anything changed and the last one is CHECKPOINT_EVERY_S old."""
         if self.live is None or time.monotonic() - self._last_checkpoint < CHECKPOINT_EVERY_S:
             return
-        if self.live.version != self._checkpointed_version:
+        if self.live.changes != self._checkpointed_changes:
             self.checkpoint()
 
     def checkpoint(self) -> None:
@@ -313,7 +313,7 @@ class Service:
             return
         with self._checkpoint_lock:
             self._last_checkpoint = time.monotonic()
-            version = self.live.version
+            changes = self.live.changes
             full = self._full_history or len(self._segments) >= COMPACT_AFTER
             segment, totals = self.live.take_history(full=full)
             segments = list(self._segments)
@@ -337,7 +337,7 @@ class Service:
                 LOG.error("cannot write checkpoint in %s: %s", self.store.directory, exc)
                 return
             self._segments, self._full_history = segments, False
-            self._checkpointed_version = version
+            self._checkpointed_changes = changes
             if full:
                 self.journal.keep_only(segments)
 
