@@ -118,7 +118,8 @@ SETTINGS: tuple[Setting, ...] = (
         "history",
         "duration",
         900.0,
-        "How much recent data the live analysis keeps in memory and analyses (e.g. 15m).",
+        "How much recent data the live analysis keeps (in memory and the state directory) and"
+        " analyses (e.g. 15m).",
     ),
     Setting(
         "analysis_interval",
