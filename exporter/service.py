@@ -112,7 +112,10 @@ class Service:
                 on_rotation=self._rotation_handler(target.deployment),
             )
             self._followed.append(_Followed(target, follower, {}))
-            self._parsed_marks[target.path] = follower.checkpoint()
+            if checkpoint is not None:
+                # Until the first parse, a checkpoint keeps where the last run stopped (a file
+                # without one stays absent: a restart then starts it as --start-at says).
+                self._parsed_marks[target.path] = checkpoint
         self._spawn("follow", self._follow_loop)
         for scrape in self.settings.scrapes:
             self._spawn(f"scrape {scrape.url}", self._scrape_loop, scrape)
