@@ -70,9 +70,10 @@ def test_the_demo_stack_fills_the_panels_and_fires_the_alert(tmp_path: Path) -> 
         "PREEMPTSCOPE_MIN_EPISODE": "20s",
         "PREEMPTSCOPE_SCRAPE_INTERVAL": "1s",
     }
-    process, url, _ = serve_process(*command[1:], env=env, drain=True)
+    process: subprocess.Popen[str] | None = None
     prom: subprocess.Popen[bytes] | None = None
     try:
+        process, url, _ = serve_process(*command[1:], env=env, drain=True)
         config = yaml.safe_load((ROOT / "dashboards" / "prometheus" / "prometheus.yml").read_text())
         config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
         config["rule_files"] = [str(ROOT / "dashboards" / "prometheus" / "rules.yml")]
@@ -110,5 +111,6 @@ def test_the_demo_stack_fills_the_panels_and_fires_the_alert(tmp_path: Path) -> 
     finally:
         if prom is not None:
             stop_process(prom)
-        stop_process(process)
+        if process is not None:
+            stop_process(process)
         stop_process(fake)

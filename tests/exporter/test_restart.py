@@ -225,7 +225,11 @@ def test_the_alert_stays_firing_through_kill_9_with_a_real_prometheus(tmp_path: 
                 {"job_name": "preemptscope", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
             ],
         }
-        prom, client = start_prometheus(tmp_path, config)
+        try:
+            prom, client = start_prometheus(tmp_path, config)
+        except BaseException:
+            process.kill()
+            raise
         try:
 
             def firing() -> list[dict[str, Any]]:

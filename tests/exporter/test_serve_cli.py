@@ -143,13 +143,15 @@ def test_outgoing_scrapes_are_logged_only_when_they_fail(tmp_path: Path) -> None
             tmp_path, "--scrape", f"{fake}/healthy/metrics=ok", "--scrape",
             "http://127.0.0.1:9/metrics=gone", "--scrape-interval", "0.5s",
         )  # fmt: skip
-        with httpx.Client(base_url=url, timeout=10) as client:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                text = client.get("/metrics").text
-                if re.search(r'preemptscope_scrapes_total\{deployment="ok".*\} [3-9]', text):
-                    break
-                time.sleep(0.2)
-        rest = _stop(process)
+        try:
+            with httpx.Client(base_url=url, timeout=10) as client:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    text = client.get("/metrics").text
+                    if re.search(r'preemptscope_scrapes_total\{deployment="ok".*\} [3-9]', text):
+                        break
+                    time.sleep(0.2)
+        finally:
+            rest = _stop(process)
     assert "HTTP Request" not in rest and "/healthy/metrics" not in rest
     assert re.search(r"WARNING .*scrape of http://127\.0\.0\.1:9/metrics failed", rest), rest
