@@ -42,6 +42,7 @@ __all__ = [
     "histogram_windows_stats",
     "histograms_windows_stats",
     "info_labels",
+    "resolved_tail",
     "samples_window_stats",
     "samples_windows_stats",
 ]
@@ -349,34 +350,6 @@ def _histogram_pairs(
     )
 
 
-def _stats_from_buckets(
-    kind: LatencyMetric,
-    bounds: list[float],
-    cumulative: list[float],
-    total_sum: float | None,
-    count: float | None,
-) -> LatencyStats | None:
-    observations = count if count is not None else (cumulative[-1] if cumulative else 0.0)
-    if observations <= 0:
-        return None
-    p50, _ = bucket_quantile(0.5, bounds, cumulative)
-    p90, _ = bucket_quantile(0.9, bounds, cumulative)
-    p99, limited = bucket_quantile(0.99, bounds, cumulative)
-    mean = total_sum / observations if total_sum is not None else None
-    ratio = p99 / mean if p99 is not None and mean is not None and mean > 0 else None
-    return LatencyStats(
-        metric=kind,
-        source="histogram",
-        count=round(observations),
-        mean=mean,
-        p50=p50,
-        p90=p90,
-        p99=p99,
-        p99_over_mean=ratio,
-        bucket_limited=limited,
-    )
-
-
 def _resolve(samples: pl.DataFrame, metric: str) -> tuple[str | None, LatencyMetric]:
     if metric in HISTOGRAM_METRICS:
         kind: LatencyMetric = metric
@@ -499,11 +472,13 @@ def _stats_from_totals(
 
 def _quantiles(
     q: float, bounds: Sequence[float], cumulative: np.ndarray[Any, np.dtype[np.float64]]
-) -> tuple[list[float | None], list[bool]]:
-    """bucket_quantile for every row of `cumulative` (one window per row), the same floats."""
+) -> tuple[list[float | None], list[bool], list[float | None]]:
+    """bucket_quantile for every row of `cumulative` (one window per row), the same floats,
+    and the lower bound of the bucket holding each quantile (None in the first bucket: there
+    the value is an interpolation from 0 that the buckets cannot resolve)."""
     rows, n = cumulative.shape
     if n == 0 or not math.isinf(bounds[-1]):
-        return [None] * rows, [False] * rows
+        return [None] * rows, [False] * rows, [None] * rows
     counts = np.maximum.accumulate(cumulative, axis=1)
     total = counts[:, -1]
     rank = q * total
@@ -528,7 +503,21 @@ def _quantiles(
     limited = ((last | first_bucket) & (total > 0)).tolist()
     values = [None if gone else value for value, gone in zip(picked.tolist(), missing.tolist(),
                                                               strict=True)]  # fmt: skip
-    return values, limited
+    floors = [
+        None if gone or in_first else value
+        for value, gone, in_first in zip(
+            lower.tolist(), missing.tolist(), first_bucket.tolist(), strict=True
+        )
+    ]
+    return values, limited, floors
+
+
+def resolved_tail(p99: float | None, floor: float | None, mean: float | None) -> bool:
+    """Whether a histogram p99 is a tail the buckets resolve: it lies above the first bucket
+    (there it is an interpolation from 0: vLLM's request-latency buckets start at 0.3 s, so
+    a queue of microseconds reads as a p99 of ~0.297 s) and its bucket starts at or above the
+    mean (else the p99 could be the mean itself: p99/mean is anything from 1 up)."""
+    return p99 is not None and floor is not None and mean is not None and floor >= mean
 
 
 def _stats_many(
@@ -538,10 +527,12 @@ def _stats_many(
     sums: Sequence[float | None],
     counts: Sequence[float | None],
 ) -> list[LatencyStats | None]:
-    """_stats_from_buckets for many windows with the same bucket bounds."""
-    p50, _ = _quantiles(0.5, bounds, cumulative)
-    p90, _ = _quantiles(0.9, bounds, cumulative)
-    p99, limited = _quantiles(0.99, bounds, cumulative)
+    """Per window with these bucket bounds: the quantiles and the exact mean. A p99 in the
+    first bucket is no figure (None); p99/mean only where the tail is resolved
+    (`resolved_tail`), so a bucket floor is never exported, quoted or alerted on as a tail."""
+    p50, _, _ = _quantiles(0.5, bounds, cumulative)
+    p90, _, _ = _quantiles(0.9, bounds, cumulative)
+    p99, limited, floors = _quantiles(0.99, bounds, cumulative)
     out: list[LatencyStats | None] = []
     for r, (total_sum, count) in enumerate(zip(sums, counts, strict=True)):
         observations = count if count is not None else (float(cumulative[r, -1]) if bounds else 0.0)
@@ -549,8 +540,13 @@ def _stats_many(
             out.append(None)
             continue
         mean = total_sum / observations if total_sum is not None else None
-        high = p99[r]
-        ratio = high / mean if high is not None and mean is not None and mean > 0 else None
+        high = p99[r] if floors[r] is not None else None
+        ratio = (
+            high / mean
+            if high is not None and mean is not None and mean > 0
+            and resolved_tail(high, floors[r], mean)
+            else None
+        )  # fmt: skip
         out.append(
             LatencyStats(
                 metric=kind,

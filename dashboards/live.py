@@ -8,10 +8,10 @@ data never sits in a cacheable HTML response.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from preemptscope.analysis.report import Report
+from preemptscope.analysis.report import DeploymentReport, Report, Window
 from preemptscope.dashboards.figures import STATE_LABELS, esc
 
 from preemptscope.errors import ConfigError
@@ -47,11 +47,51 @@ def parse_range(text: str) -> timedelta | None:
     return timedelta(**{_UNIT[match.group(2)]: int(match.group(1))})
 
 
+def has_data(window: Window) -> bool:
+    return window.samples > 0 or window.kv_usage_max is not None or bool(window.preemptions)
+
+
+def window_split(
+    dep: DeploymentReport, now: datetime | None
+) -> tuple[Window | None, Window | None]:
+    """(the last complete window holding data, the window still filling at `now`).
+
+    Gauges and headline numbers describe complete windows: the filling one changes with
+    every record until its end and has no count yet right after a boundary. `now` None (a
+    batch report) makes every window complete.
+    """
+    filling: Window | None = None
+    for window in reversed(dep.windows):
+        if now is not None and window.end > now:
+            if filling is None and window.start <= now and has_data(window):
+                filling = window
+            continue
+        if has_data(window):
+            return window, filling
+    return None, filling
+
+
+def window_json(window: Window | None) -> dict[str, Any] | None:
+    """The headline numbers of one window, as the live page shows them."""
+    if window is None:
+        return None
+    return {
+        "start": window.start.isoformat(),
+        "end": window.end.isoformat(),
+        "samples": window.samples,
+        "preemptions": window.preemptions,
+        "kv_usage_max": window.kv_usage_max,
+        "waiting_max": window.waiting_max,
+        "over_capacity": window.over_capacity,
+    }
+
+
 def deployment_summaries(report: Report) -> list[dict[str, Any]]:
-    """One row per deployment for the list page: verdict badge and headline numbers."""
+    """One row per deployment for the list page: verdict badge and headline numbers (of the
+    last complete window, beside the one filling)."""
     rows = []
     for dep in report.deployments:
-        last = dep.windows[-1] if dep.windows else None
+        last, filling = window_split(dep, report.generated_at)
         rows.append(
             {
                 "name": dep.name,
@@ -65,6 +105,8 @@ def deployment_summaries(report: Report) -> list[dict[str, Any]]:
                 "windows": len(dep.windows),
                 "last_window_end": last.end.isoformat() if last else None,
                 "kv_usage_max": last.kv_usage_max if last else None,
+                "complete_window": window_json(last),
+                "filling_window": window_json(filling),
                 "model": dep.capacity.model,
             }
         )
@@ -127,6 +169,9 @@ def deployment_page_html(name: str, root: str = "") -> str:
 <div class="controls" role="group" aria-label="time range">range {buttons}
 <span class="status" id="updated"></span></div>
 <div id="card"></div>
+<table class="windows-now" id="windows-now" hidden>
+<thead><tr><th></th><th>window</th><th>preemptions</th><th>KV max</th><th>waiting max</th>\
+<th>over capacity</th></tr></thead><tbody></tbody></table>
 <div class="figure timeline" id="fig-timeline"></div>
 <div class="grid2">
 <div class="figure" id="fig-tail"></div>

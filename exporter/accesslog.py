@@ -123,3 +123,8 @@ def configure_logging(level: str, fmt: str) -> None:
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").disabled = True
+    # httpx logs every outgoing request at info: a line per scrape of each vLLM target. A
+    # scrape is logged by preemptscope when it fails (warning); each one only at debug.
+    quiet = max(logging.WARNING, root.level)
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.DEBUG if root.level <= logging.DEBUG else quiet)

@@ -2,15 +2,18 @@
 
 Conventions: `preemptscope_` prefix, snake_case, base units (seconds, ratios 0..1), `_total`
 counters, labels `deployment` (+ `model_name` on deployment gauges, `metric` on latency,
-`source` on preemption counts). Gauges describe the latest analysis window that has data.
+`source` on preemption counts). Window gauges describe the last complete analysis window that
+has data (never the one still filling), so a series stays put through a window boundary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 from preemptscope.analysis.report import DeploymentReport, Window
+from preemptscope.dashboards.live import window_split
 from preemptscope.exporter.live import PREEMPTION_SOURCES, Snapshot
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -27,12 +30,10 @@ VERDICT_STATES = ("ok", "at_risk", "over_capacity", "insufficient_data")
 ROTATION_KINDS = ("rename", "copytruncate", "truncate", "missing")
 
 
-def latest_window(deployment: DeploymentReport) -> Window | None:
-    """The most recent window holding any data (the current one may still be empty)."""
-    for window in reversed(deployment.windows):
-        if window.samples > 0 or window.kv_usage_max is not None or window.preemptions:
-            return window
-    return None
+def latest_window(deployment: DeploymentReport, now: datetime | None) -> Window | None:
+    """The last complete window holding data: gauges never describe the window still filling
+    (it swings with every record and has no count right after its start)."""
+    return window_split(deployment, now)[0]
 
 
 class SnapshotCollector:
@@ -76,7 +77,8 @@ def _counters(snap: Snapshot) -> Iterator[Metric]:
     )
     rotations = CounterMetricFamily(
         "preemptscope_log_rotations",
-        "Log rotations seen, by kind (truncate: no copy found; missing: the file went away).",
+        "Log rotations seen, by kind (truncate: no copy found; missing: the file was deleted,"
+        " not renamed).",
         labels=["deployment", "kind"],
     )
     gaps = CounterMetricFamily(
@@ -158,26 +160,34 @@ def _analysis_families(snap: Snapshot) -> Iterator[Metric]:
     gauges: dict[str, GaugeMetricFamily] = {
         name: GaugeMetricFamily(name, doc, labels=labels)
         for name, doc in (
-            ("preemptscope_kv_cache_usage_ratio", "Mean KV-cache usage in the latest window."),
-            ("preemptscope_kv_cache_usage_max_ratio", "Peak KV-cache usage, latest window."),
-            ("preemptscope_requests_running", "Mean running requests, latest window."),
-            ("preemptscope_requests_waiting", "Mean waiting requests, latest window."),
-            ("preemptscope_requests_waiting_max", "Peak waiting requests, latest window."),
-            ("preemptscope_window_preemptions", "Preemptions counted in the latest window."),
-            ("preemptscope_window_over_capacity", "1 when the latest window is over capacity."),
+            ("preemptscope_kv_cache_usage_ratio", "Mean KV-cache usage, last complete window."),
+            ("preemptscope_kv_cache_usage_max_ratio", "Peak KV-cache usage, last complete window."),
+            ("preemptscope_requests_running", "Mean running requests, last complete window."),
+            ("preemptscope_requests_waiting", "Mean waiting requests, last complete window."),
+            ("preemptscope_requests_waiting_max", "Peak waiting requests, last complete window."),
+            ("preemptscope_window_preemptions", "Preemptions counted in the last complete window."),
+            (
+                "preemptscope_window_over_capacity",
+                "1 when the last complete window is over capacity.",
+            ),
             ("preemptscope_window_seconds", "Length of the analysis windows."),
         )
     }
     latency_labels = ["deployment", "model_name", "metric"]
     p99 = GaugeMetricFamily(
-        "preemptscope_latency_p99_seconds", "p99 latency, latest window.", labels=latency_labels
+        "preemptscope_latency_p99_seconds",
+        "p99 latency, last complete window (none for a p99 in the first bucket).",
+        labels=latency_labels,
     )
     mean = GaugeMetricFamily(
-        "preemptscope_latency_mean_seconds", "Mean latency, latest window.", labels=latency_labels
+        "preemptscope_latency_mean_seconds",
+        "Mean latency, last complete window.",
+        labels=latency_labels,
     )
     ratio = GaugeMetricFamily(
         "preemptscope_latency_p99_over_mean_ratio",
-        "p99 / mean latency in the latest window: the tail that averages hide.",
+        "p99 / mean latency in the last complete window: the tail that averages hide (only"
+        " where the buckets resolve it).",
         labels=latency_labels,
     )
     window_s = float(report.parameters.get("window_s", 0.0))
@@ -188,7 +198,7 @@ def _analysis_families(snap: Snapshot) -> Iterator[Metric]:
         over.add_metric(values, 1.0 if state == "over_capacity" else 0.0)
         verdict.add_metric(values, {s: s == state for s in VERDICT_STATES})
         gauges["preemptscope_window_seconds"].add_metric(values, window_s)
-        window = latest_window(deployment)
+        window = latest_window(deployment, report.generated_at)
         if window is None:
             continue
         _add(gauges["preemptscope_kv_cache_usage_ratio"], values, window.kv_usage_mean)
@@ -200,17 +210,20 @@ def _analysis_families(snap: Snapshot) -> Iterator[Metric]:
         gauges["preemptscope_window_over_capacity"].add_metric(
             values, 1.0 if window.over_capacity else 0.0
         )
-        for metric, stats in sorted(_latest_latency(deployment).items()):
+        for metric, stats in sorted(_latest_latency(deployment, window).items()):
             _add(p99, [*values, metric], stats.p99)
             _add(mean, [*values, metric], stats.mean)
             _add(ratio, [*values, metric], stats.p99_over_mean)
     yield from (over, verdict, *gauges.values(), p99, mean, ratio)
 
 
-def _latest_latency(deployment: DeploymentReport) -> dict[str, Any]:
-    """Per latency metric, the stats of the latest window that has them."""
+def _latest_latency(deployment: DeploymentReport, last: Window) -> dict[str, Any]:
+    """Per latency metric, the stats of the latest complete window (`last` or before) that has
+    them."""
     found: dict[str, Any] = {}
     for window in reversed(deployment.windows):
+        if window.end > last.end:
+            continue
         for metric, stats in window.latency.items():
             if metric not in found and stats.count > 0:
                 found[metric] = stats

@@ -311,7 +311,10 @@ class FileFollower:
             return
         if st is None or (st.st_dev, st.st_ino) != (current.dev, current.inode):
             # Renamed away (or deleted): keep draining the old file; the new one starts at 0.
-            self._rotated("rename" if st is not None else "missing")
+            # A rename rotation leaves the path missing until the writer reopens it; the old
+            # file still has a name (a link) then, a deleted one has none.
+            renamed = st is not None or os.fstat(current.fd).st_nlink > 0
+            self._rotated("rename" if renamed else "missing")
             current.quiet_since = self._clock()
             self._draining.append(current)
             self._current = self._open(st, 0, 0) if st is not None else None

@@ -23,6 +23,7 @@ import polars as pl
 from preemptscope.analysis.analyze import DeploymentInputs, analyze
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Report, SourceSummary
+from preemptscope.exporter.history import HistorySegment
 from preemptscope.ingest.reduce import LogReducer
 from preemptscope.ingest.schema import ARRIVALS, FRAME_SCHEMAS, JOINED, LogFrames
 from preemptscope.ingest.versions import v0_warns_preemption
@@ -157,8 +158,14 @@ class LiveState:
         self._metrics: dict[str, list[pl.DataFrame]] = {}
         self._scrapes: dict[str, ScrapeStatus] = {}
         self._model_names: dict[str, str] = {}
+        latest = saved.get("latest_data")
+        if isinstance(latest, (int, float)):
+            self._latest_data = datetime.fromtimestamp(float(latest), UTC)
+        # Added since the last checkpoint: the next history segment (exporter/history.py).
+        self._unsaved = HistorySegment()
         self._dirty = True
         self._version = 0
+        self._changes = 0  # inputs taken (what a checkpoint holds), not analyses
         self._snapshot = Snapshot(None, self._copy_totals(), {}, None, None, {})
         self._served: Snapshot = self._snapshot
 
@@ -215,19 +222,23 @@ class LiveState:
                     frames.frames[kind] = frames.frames[kind].clear()
             frames.arrivals, frames.joined = arrivals.drop("source"), joined.drop("source")
             self._logs.setdefault((name, frames.source), []).append(frames)
+            self._unsaved.logs.append(frames)
             self._dirty = True
             self._version += 1
+            self._changes += 1
 
     def add_rotation(self, deployment: str, kind: str) -> None:
         with self._lock:
             totals = self.totals.setdefault(deployment, DeploymentTotals())
             totals.rotations[kind] = totals.rotations.get(kind, 0) + 1
             self._version += 1
+            self._changes += 1
 
     def add_gaps(self, deployment: str, gaps: int) -> None:
         with self._lock:
             self.totals.setdefault(deployment, DeploymentTotals()).gaps += gaps
             self._version += 1
+            self._changes += 1
 
     def add_scrape(
         self,
@@ -245,6 +256,7 @@ class LiveState:
             status.scrapes += 1
             status.duration_s = duration_s
             self._version += 1
+            self._changes += 1
             if samples is None:
                 status.up, status.last_error = False, error
                 status.failures += 1
@@ -270,8 +282,10 @@ class LiveState:
             if self._latest_data is None or scraped > self._latest_data:
                 self._latest_data = scraped
             self._metrics.setdefault(deployment, []).append(samples)
+            self._unsaved.metrics.append((deployment, samples))
             self._dirty = True
             self._version += 1
+            self._changes += 1
 
     # -- analysis ------------------------------------------------------------------------
 
@@ -363,16 +377,58 @@ class LiveState:
             )
             return self._served
 
+    @property
+    def changes(self) -> int:
+        """Moves whenever anything a checkpoint holds may have changed (not on analyses)."""
+        with self._lock:
+            return self._changes
+
+    def take_history(self, *, full: bool) -> tuple[HistorySegment, dict[str, Any]]:
+        """What the next checkpoint writes, taken at one moment: the frames added since the
+        last call (or, `full`, the whole history held), with the totals that count them."""
+        with self._lock:
+            if full:
+                segment = HistorySegment(
+                    logs=[b for batches in self._logs.values() for b in batches],
+                    metrics=[(n, p) for n, parts in self._metrics.items() for p in parts],
+                )
+            else:
+                segment = self._unsaved
+            self._unsaved = HistorySegment()
+            return segment, self._saved_state()
+
+    def restore_history(self, segments: Sequence[HistorySegment]) -> None:
+        """Put the frames of the last run's history back (read from the state directory):
+        the verdict and the gauges are what they were; totals are not touched (the checkpoint
+        holds them)."""
+        with self._lock:
+            for segment in segments:
+                for frames in segment.logs:
+                    self._logs.setdefault((frames.deployment, frames.source), []).append(frames)
+                    if frames.vllm_version is not None:
+                        key = f"{frames.deployment}\t{frames.source}"
+                        self._versions.setdefault(key, frames.vllm_version)
+                for name, samples in segment.metrics:
+                    self._metrics.setdefault(name, []).append(samples)
+            self._dirty = True
+            self._version += 1
+            self._changes += 1
+
     def saved_state(self) -> dict[str, Any]:
         """The totals part of the checkpoint (see exporter/state.py)."""
         with self._lock:
-            return {
-                "deployments": {name: t.to_dict() for name, t in self.totals.items()},
-                "v0_last": dict(self._v0_last),
-                "counter_last": dict(self._counter_last),
-                "versions": dict(self._versions),
-                "preemption_sources_known": True,
-            }
+            return self._saved_state()
+
+    def _saved_state(self) -> dict[str, Any]:
+        latest = None if self._latest_data is None else self._latest_data.timestamp()
+        return {
+            "latest_data": latest,
+            "deployments": {name: t.to_dict() for name, t in self.totals.items()},
+            "v0_last": dict(self._v0_last),
+            "counter_last": dict(self._counter_last),
+            "versions": dict(self._versions),
+            "preemption_sources_known": True,
+        }
 
     def _copy_totals(self) -> dict[str, DeploymentTotals]:
         return {name: DeploymentTotals.from_dict(t.to_dict()) for name, t in self.totals.items()}

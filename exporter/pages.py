@@ -31,6 +31,8 @@ from preemptscope.dashboards.live import (
     deployment_summaries,
     index_page_html,
     parse_range,
+    window_json,
+    window_split,
 )
 
 from preemptscope.errors import ConfigError
@@ -213,7 +215,11 @@ def build_router(
             since: datetime | None = None
             if span is not None and dep.windows:
                 since = dep.windows[-1].end - span  # relative to the data, not the wall clock
-            body = script_json(figures_json(dep, since=since)).encode()
+            data = figures_json(dep, since=since)
+            complete, filling = window_split(dep, report.generated_at)
+            data["complete_window"] = window_json(complete)
+            data["filling_window"] = window_json(filling)
+            body = script_json(data).encode()
             cache_.put(report, name, range_, body)
         return _json(body)
 

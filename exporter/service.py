@@ -13,7 +13,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from preemptscope.analysis.params import AnalysisParams
 from preemptscope.exporter.follower import Chunk, FileFollower, FollowerCheckpoint, RotationKind
+from preemptscope.exporter.history import COMPACT_AFTER, HistoryError, HistoryJournal, restore_info
 from preemptscope.exporter.live import LiveState, Snapshot
 from preemptscope.exporter.promsource import PrometheusSource
 from preemptscope.exporter.state import StateStore
@@ -35,6 +37,7 @@ WRAP_WAIT_S = 0.25
 # lines/s cost ~5 % of a core and a line still shows on /metrics well within a second.
 PARSE_EVERY_S = 0.5
 PARSE_MAX_LINES = 50_000
+WARMUP_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -60,7 +63,15 @@ class Service:
         }
         self._started = False
         self._ready = threading.Event()
-        self._checkpoint_lock = threading.Lock()
+        # Held while lines are parsed and while a checkpoint is taken: a checkpoint sees the
+        # follower offsets of exactly the lines its totals and history hold.
+        self._checkpoint_lock = threading.RLock()
+        self.journal = HistoryJournal(settings.state_dir)
+        self._segments: list[int] = []  # history segments the last checkpoint names
+        self._full_history = True  # the next checkpoint rewrites the whole history
+        self._parsed_marks: dict[str, FollowerCheckpoint] = {}
+        self._checkpointed_changes = -1
+        self._last_checkpoint = 0.0
         self.live: LiveState | None = None
         self._saved: dict[str, Any] | None = None
         self.errors: list[str] = []
@@ -89,6 +100,7 @@ class Service:
             saved=saved.get("totals"),
             clock=self.settings.clock,
         )
+        self._restore_history(saved.get("history"))
         followers = saved.get("followers", {})
         for target in self.settings.logs:
             data = followers.get(target.path)
@@ -100,6 +112,10 @@ class Service:
                 on_rotation=self._rotation_handler(target.deployment),
             )
             self._followed.append(_Followed(target, follower, {}))
+            if checkpoint is not None:
+                # Until the first parse, a checkpoint keeps where the last run stopped (a file
+                # without one stays absent: a restart then starts it as --start-at says).
+                self._parsed_marks[target.path] = checkpoint
         self._spawn("follow", self._follow_loop)
         for scrape in self.settings.scrapes:
             self._spawn(f"scrape {scrape.url}", self._scrape_loop, scrape)
@@ -114,7 +130,9 @@ class Service:
         for thread in self._threads:
             thread.join(timeout=10)
         if self._started:
-            self._flush_parsers()
+            with self._checkpoint_lock:
+                self._flush_parsers()
+                self._mark_parsed()
             self.checkpoint()
             for followed in self._followed:
                 followed.follower.close()
@@ -174,8 +192,7 @@ class Service:
 
     def _follow_loop(self) -> None:
         _name_os_thread("ps-follow")
-        last_checkpoint = last_parse = 0.0
-        changed = False
+        last_parse = 0.0
         while not self._stop.is_set():
             started = time.monotonic()
             for followed in self._followed:
@@ -185,12 +202,13 @@ class Service:
                     LOG.exception("following %s failed; retrying", followed.target.path)
             buffered = sum(len(c.lines) for f in self._followed for c in f.buffer)
             if started - last_parse >= PARSE_EVERY_S or buffered >= PARSE_MAX_LINES:
-                changed |= self.parse_buffered()
+                # Offsets and totals are in step only right after a parse: the marks a
+                # checkpoint (of any thread) writes are taken here, under its lock.
+                with self._checkpoint_lock:
+                    self.parse_buffered()
+                    self._mark_parsed()
                 last_parse = started
-                # Only right after a parse are offsets and totals in step: checkpoint here.
-                if changed and started - last_checkpoint >= CHECKPOINT_EVERY_S:
-                    self.checkpoint()
-                    last_checkpoint, changed = started, False
+                self.maybe_checkpoint()
             elapsed = time.monotonic() - started
             self._stop.wait(max(0.0, self.settings.poll_interval - elapsed))
 
@@ -280,34 +298,86 @@ class Service:
             except PreemptscopeError:
                 LOG.exception("flushing the parser of %s failed", followed.target.path)
 
+    def _mark_parsed(self) -> None:
+        for followed in self._followed:
+            self._parsed_marks[followed.target.path] = followed.follower.checkpoint()
+
+    def maybe_checkpoint(self) -> None:
+        """Checkpoint when anything changed and the last one is CHECKPOINT_EVERY_S old."""
+        if self.live is None or time.monotonic() - self._last_checkpoint < CHECKPOINT_EVERY_S:
+            return
+        if self.live.changes != self._checkpointed_changes:
+            self.checkpoint()
+
     def checkpoint(self) -> None:
-        """Offsets and totals in one atomic write, so they always agree."""
+        """Offsets, totals and the history segments in one atomic write, so they agree:
+        the new history segment is written first and counts once checkpoint.json names it."""
         if self.live is None:
             return
         with self._checkpoint_lock:
-            data = {
-                "followers": {
-                    f.target.path: f.follower.checkpoint().to_dict() for f in self._followed
-                },
-                "totals": self.live.saved_state(),
-            }
+            self._last_checkpoint = time.monotonic()
+            changes = self.live.changes
+            full = self._full_history or len(self._segments) >= COMPACT_AFTER
+            segment, totals = self.live.take_history(full=full)
+            segments = list(self._segments)
             try:
+                if segment or full:
+                    seq = max(segments, default=0) + 1
+                    self.journal.write(seq, segment)
+                    segments = [seq] if full else [*segments, seq]
+                data = {
+                    "followers": {
+                        path: mark.to_dict() for path, mark in self._parsed_marks.items()
+                    },
+                    "totals": totals,
+                    "history": {"segments": segments},
+                }
                 self.store.save(data)
             except OSError as exc:
-                # Keep serving; the next checkpoint retries. Say it loudly.
+                # Keep serving; the next checkpoint retries, writing the whole history (what
+                # was taken for this one is in no segment). Say it loudly.
+                self._full_history = True
                 LOG.error("cannot write checkpoint in %s: %s", self.store.directory, exc)
+                return
+            self._segments, self._full_history = segments, False
+            self._checkpointed_changes = changes
+            if full:
+                self.journal.keep_only(segments)
+
+    def _restore_history(self, saved: Any) -> None:
+        """The last run's history back into the live state (the verdict survives a restart).
+        A history that cannot be read is a warning, not a refusal: the totals and offsets
+        are intact and the history fills again."""
+        assert self.live is not None
+        seqs = restore_info(saved)
+        try:
+            segments = self.journal.read(seqs)
+        except HistoryError as exc:
+            LOG.warning("the history of the last run is lost (%s); it fills again", exc)
+            return
+        self.live.restore_history(segments)
+        self._segments = seqs
 
     # -- scraping ------------------------------------------------------------------------
 
     def _scrape_loop(self, target: ScrapeTarget) -> None:
         assert self.live is not None
+        # The verdict needs min_samples scrapes: the first ones come WARMUP_INTERVAL_S apart
+        # (then --scrape-interval), so the first verdict follows the first scrape within
+        # seconds instead of after min_samples intervals (bench/bench_first_verdict.py).
+        warmup = AnalysisParams().min_samples
+        succeeded = 0
         while not self._stop.is_set():
             started = time.monotonic()
-            self.scrape_once(target)
+            succeeded += self.scrape_once(target)
+            interval = self.settings.scrape_interval
+            if 0 < succeeded < warmup:
+                interval = min(interval, WARMUP_INTERVAL_S)
             elapsed = time.monotonic() - started
-            self._stop.wait(max(0.0, self.settings.scrape_interval - elapsed))
+            self._stop.wait(max(0.0, interval - elapsed))
 
-    def scrape_once(self, target: ScrapeTarget) -> None:
+    def scrape_once(self, target: ScrapeTarget) -> bool:
+        """Scrape one target into the live state; True when the scrape succeeded."""
         assert self.live is not None
         started = time.perf_counter()
         try:
@@ -326,7 +396,7 @@ class Service:
                 error=str(exc),
             )
             LOG.warning("scrape of %s failed: %s", target.url, exc)
-            return
+            return False
         except Exception as exc:  # a scrape never takes the service down
             self.live.add_scrape(
                 target.url,
@@ -336,11 +406,12 @@ class Service:
                 error=f"{type(exc).__name__}: {exc}",
             )
             LOG.exception("scrape of %s failed unexpectedly", target.url)
-            return
+            return False
         self.note_input()
         self.live.add_scrape(
             target.url, target.deployment, samples, duration_s=time.perf_counter() - started
         )
+        return True
 
     def _prometheus_loop(self, source: PrometheusSource) -> None:
         assert self.live is not None
@@ -379,6 +450,9 @@ class Service:
                 pause = max(
                     self.settings.analysis_interval, ANALYSIS_PAUSE_FACTOR * (last - started)
                 )
+            # Scrapes (and Prometheus reads) change the state without a parse: checkpointed
+            # here, at most once a CHECKPOINT_EVERY_S like the follow loop's.
+            self.maybe_checkpoint()
             self._stop.wait(pause)
 
 

@@ -69,7 +69,8 @@ SETTINGS: tuple[Setting, ...] = (
         "state_dir",
         "str",
         "preemptscope-state",
-        "Directory for the checkpoint (file offsets and exported totals); one service per dir.",
+        "Directory for the checkpoint (file offsets, exported totals and the live history);"
+        " one service per dir.",
         metavar="DIR",
     ),
     Setting(
@@ -117,7 +118,8 @@ SETTINGS: tuple[Setting, ...] = (
         "history",
         "duration",
         900.0,
-        "How much recent data the live analysis keeps in memory and analyses (e.g. 15m).",
+        "How much recent data the live analysis keeps (in memory and the state directory) and"
+        " analyses (e.g. 15m).",
     ),
     Setting(
         "analysis_interval",
@@ -162,7 +164,7 @@ SETTINGS: tuple[Setting, ...] = (
         "duration",
         5.0,
         "Deadline of one whole scrape (not per read: a body trickled byte by byte is cut too)."
-        " No redirect is followed.",
+        " No redirect is followed. Unset, it is the scrape interval when that is shorter.",
     ),
     Setting(
         "scrape_max_size",
@@ -534,6 +536,9 @@ def _build(values: dict[str, Any], origins: dict[str, str]) -> ServeSettings:
         raise ConfigError("the bearer token must be at least 16 characters long")
     if values["protect_metrics"] and not token:
         raise ConfigError("--protect-metrics needs a token (--token or --token-file)")
+    if origins.get("scrape_timeout") == "default":
+        # Unset, the deadline follows a shorter interval (as Prometheus' scrape_timeout does).
+        values["scrape_timeout"] = min(values["scrape_timeout"], values["scrape_interval"])
     if values["scrape_timeout"] > values["scrape_interval"]:
         raise ConfigError(
             f"--scrape-timeout ({values['scrape_timeout']}s) must not exceed "

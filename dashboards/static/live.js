@@ -98,12 +98,42 @@
         : row.preemptions.toLocaleString() + " preemptions" + (row.preemptions_exact ? "" : " (lower bound)"));
       parts.push(row.episodes + " over-capacity episode" + (row.episodes === 1 ? "" : "s"));
       if (row.limit && row.limit !== "none" && row.limit !== "unknown") parts.push("limit: " + row.limit);
-      if (row.kv_usage_max !== null) parts.push("KV " + (100 * row.kv_usage_max).toFixed(0) + "% (last window)");
+      if (row.kv_usage_max !== null) parts.push("KV " + (100 * row.kv_usage_max).toFixed(0) + "% (last complete window)");
+      var filling = row.filling_window;
+      if (filling && filling.kv_usage_max !== null) parts.push(
+        "KV " + (100 * filling.kv_usage_max).toFixed(0) + "% so far in the window filling");
       info.textContent = parts.join(" · ");
       li.appendChild(badge); li.appendChild(link); li.appendChild(info);
       list.appendChild(li);
     });
     document.getElementById("empty").hidden = rows.length > 0;
+  }
+
+  // The last complete window beside the one filling: the gauges' numbers and what comes.
+  function windowsNow(complete, filling) {
+    var table = document.getElementById("windows-now");
+    if (!table) return;
+    var body = table.tBodies[0];
+    while (body.firstChild) body.removeChild(body.firstChild);
+    var time = function (iso) { return new Date(iso).toLocaleTimeString(); };
+    var fmt = function (value, scale) {
+      return value === null || value === undefined ? "–" : (scale ? (100 * value).toFixed(0) + "%" : String(value));
+    };
+    [["last complete", complete, "complete"], ["filling", filling, "filling"]].forEach(function (item) {
+      var w = item[1];
+      var tr = document.createElement("tr");
+      tr.setAttribute("data-window", item[2]);
+      var cells = w ? [item[0], time(w.start) + "–" + time(w.end), fmt(w.preemptions),
+        fmt(w.kv_usage_max, true), fmt(w.waiting_max), w.over_capacity ? "yes" : "no"]
+        : [item[0], "no data", "–", "–", "–", "–"];
+      cells.forEach(function (text) {
+        var td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    });
+    table.hidden = !(complete || filling);
   }
 
   // The self-contained report, fetched with the token and saved through a blob: link.
@@ -152,6 +182,7 @@
     login.hidden = true;
     content.hidden = false;
     document.getElementById("card").innerHTML = payload.card_html; // escaped server-side
+    windowsNow(payload.complete_window, payload.filling_window);
     var drawn = Object.keys(FIGURES).map(function (key) {
       return window.preemptscopePlots.draw(FIGURES[key], payload.figures[key], config);
     });

@@ -416,6 +416,21 @@ def test_services_and_monitors_point_at_ports_that_exist() -> None:
     assert {p["port"] for p in policy["spec"]["ingress"][0]["ports"]} <= ports
 
 
+@needs_kubectl
+@pytest.mark.parametrize(
+    "folder", [KUBE / "examples" / "fleet", KUBE / "examples" / "vllm-sidecar"]
+)
+def test_every_monitor_and_rule_carries_the_stacks_selector_label(folder: Path) -> None:
+    """kube-prometheus-stack selects PodMonitors, ServiceMonitors and PrometheusRules by
+    `release: <Helm release>`: the examples set it (kustomize), so Prometheus scrapes them."""
+    kinds = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
+    found = [doc for doc in render(folder) if doc["kind"] in kinds]
+    assert found
+    for doc in found:
+        labels = doc["metadata"].get("labels", {})
+        assert labels.get("release") == "kube-prometheus-stack", doc["metadata"]["name"]
+
+
 WRITER = """
 import json, logging, logging.config, sys
 config = json.load(open(sys.argv[1]))

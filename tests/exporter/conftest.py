@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -135,3 +139,34 @@ def metric_value(text: str, name: str, **labels: str) -> float | None:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return float(sample.value)
     return None
+
+
+def serve_process(
+    *argv: str, env: dict[str, str] | None = None, drain: bool = False
+) -> tuple[subprocess.Popen[str], str, list[str]]:
+    """`python -m preemptscope serve *argv` as a real process; returns it, the URL it serves
+    on (from its "serving on" line) and the stderr lines read so far. `drain`: read the rest
+    of stderr in a thread, so a long run never blocks on a full pipe."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "preemptscope", "serve", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert process.stderr is not None and process.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        match = re.search(r"serving on (http://[\d.]+:\d+)", line)
+        if match:
+            if drain:
+                threading.Thread(target=process.stderr.read, daemon=True).start()
+                threading.Thread(target=process.stdout.read, daemon=True).start()
+            return process, match.group(1), seen
+    process.kill()
+    raise AssertionError("serve did not start: " + "".join(seen))

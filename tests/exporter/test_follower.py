@@ -77,6 +77,26 @@ def test_rename_rotation_drains_old_file(tmp_path: Path) -> None:
     assert follower.checkpoint().draining == ()
 
 
+def test_a_rename_seen_before_the_new_file_is_a_rename(tmp_path: Path) -> None:
+    """logrotate renames, then the writer reopens: a poll in between finds no file at the
+    path. The old file still has a name, so it is a rename (issue 25 counted it `missing`);
+    a file deleted outright is `missing`."""
+    log = tmp_path / "a.log"
+    events: list[str] = []
+    follower = FileFollower(str(log), on_rotation=events.append)
+    append(log, "a1\n")
+    assert lines_of(follower.poll()) == ["a1"]
+    os.rename(log, tmp_path / "a.log.1")
+    append(tmp_path / "a.log.1", "a2\n")
+    assert lines_of(follower.poll()) == ["a2"]
+    append(log, "b1\n")
+    assert lines_of(follower.poll()) == ["b1"]
+    assert events == ["rename"]
+    log.unlink()
+    follower.poll()
+    assert events == ["rename", "missing"]
+
+
 def test_renamed_file_quiet_partial_line_is_flushed(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     now = [0.0]

@@ -59,13 +59,56 @@ class Writer(threading.Thread):
             self.stop.wait(1.0)
 
 
+def start_prometheus(
+    tmp_path: Path, config: dict[str, Any]
+) -> tuple[subprocess.Popen[bytes], httpx.Client]:
+    """Debian's prometheus on 127.0.0.1 (a free port) with `config`; returns once ready."""
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            str(PROMETHEUS),
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "prometheus.err").open("w"),
+    )
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
+
+    def ready() -> bool:
+        try:
+            return client.get("/-/ready").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(ready, timeout=30)
+    except AssertionError:
+        stop_process(proc)
+        raise
+    return proc, client
+
+
+def stop_process(process: subprocess.Popen[Any]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 def short_rules(directory: Path) -> Path:
-    """The shipped rules with every `for:` cut to 2s, so the test takes seconds."""
+    """The shipped rules with every `for:` and `keep_firing_for:` cut to 2s, so the test takes
+    seconds."""
     rules = yaml.safe_load((ROOT / "dashboards" / "prometheus" / "rules.yml").read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = "2s"
+            for key in ("for", "keep_firing_for"):
+                if key in rule:
+                    rule[key] = "2s"
     path = directory / "rules.yml"
     path.write_text(yaml.safe_dump(rules))
     return path
@@ -97,7 +140,6 @@ def test_over_capacity_alert_fires_then_resolves(tmp_path: Path) -> None:
         "--history", "5m",
     )  # fmt: skip
     with running_service(tmp_path / "state", *argv) as live:
-        port = free_port()
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(short_rules(tmp_path))],
@@ -108,29 +150,10 @@ def test_over_capacity_alert_fires_then_resolves(tmp_path: Path) -> None:
                 }
             ],
         }
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
         over = Writer(log, over=True, first_counter=1501)
         over.start()
-        proc = subprocess.Popen(
-            [
-                str(PROMETHEUS),
-                f"--config.file={tmp_path / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=(tmp_path / "prometheus.err").open("w"),
-        )
+        proc, prom = start_prometheus(tmp_path, config)
         try:
-            prom = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
-
-            def ready() -> bool:
-                try:
-                    return prom.get("/-/ready").status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_for(ready, timeout=30)
             firing = wait_for(
                 lambda: [
                     a for a in alerts(prom, "PreemptscopeOverCapacity") if a["state"] == "firing"
@@ -190,9 +213,4 @@ def test_over_capacity_alert_fires_then_resolves(tmp_path: Path) -> None:
                 healthy.join(timeout=5)
         finally:
             over.stop.set()
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            stop_process(proc)

@@ -104,7 +104,7 @@ def test_grafana_provisioning_points_at_the_dashboard() -> None:
 def test_compose_file_is_complete_and_consistent() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"preemptscope", "prometheus", "grafana"}
+    assert set(services) == {"vllm-demo", "preemptscope", "prometheus", "grafana"}
     for name, service in services.items():
         assert "image" in service or "build" in service, name
         for port in service.get("ports", []):
@@ -119,10 +119,13 @@ def test_compose_file_is_complete_and_consistent() -> None:
             assert dependency in services
     assert services["preemptscope"]["build"] == "."
     assert (ROOT / "Dockerfile").exists()
-    command = " ".join(services["preemptscope"]["command"])
-    assert "preemptscope demo --out /data/demo" in command and "preemptscope serve" in command
-    for log in re.findall(r"--log (\S+)=", command):
-        assert log.startswith("/data/demo/")
+    # preemptscope scrapes the demo vLLM service (the stack runs as processes in
+    # tests/deploy/test_compose_stack.py).
+    command = services["preemptscope"]["command"]
+    assert command[0] == "serve"
+    targets = [command[i + 1] for i, arg in enumerate(command) if arg == "--scrape"]
+    assert targets and all(t.startswith("http://vllm-demo:8000/") for t in targets)
+    assert services["vllm-demo"]["entrypoint"][-1] == "preemptscope.exporter.demo_vllm"
     # The scrape target in prometheus.yml is the compose service.
     prom = yaml.safe_load((PROM / "prometheus.yml").read_text())
     job = next(j for j in prom["scrape_configs"] if j["job_name"] == "preemptscope")

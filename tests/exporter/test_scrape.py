@@ -82,7 +82,8 @@ def test_counter_deltas_resets_and_restarts(tmp_path: Path) -> None:
             wait_for(lambda: vllm.served >= served + 2)  # two scrapes saw the new value
             assert wait_for(lambda: total(live) == expected)
 
-        argv: tuple[str, ...] = ("--scrape", f"{vllm.url}=gpu0", "--scrape-interval", "1s")
+        argv: tuple[str, ...] = ("--scrape", f"{vllm.url}=gpu0", "--scrape-interval", "1s",
+                                 "--window", "2s")  # fmt: skip
         # The timeout is a deadline for the whole scrape: room for a loaded test machine.
         argv += ("--scrape-timeout", "1s")
         vllm.set(100)  # preemptions before preemptscope started are not ours
@@ -92,15 +93,17 @@ def test_counter_deltas_resets_and_restarts(tmp_path: Path) -> None:
             step(live, 5, 35)  # vLLM restarted: 5 new preemptions, not -125
             text = live.client().get("/metrics").text
             assert metric_value(text, "preemptscope_scrape_up", deployment="gpu0") == 1.0
-            assert (
-                metric_value(
-                    text,
+
+            def waiting() -> float | None:
+                # A window gauge: there once a window holding scrapes is complete.
+                return metric_value(
+                    live.client().get("/metrics").text,
                     "preemptscope_requests_waiting",
                     deployment="gpu0",
                     model_name="llama-3-8b",
                 )
-                == 7.0
-            )
+
+            assert wait_for(waiting) == 7.0
         vllm.set(12)  # preemptscope down: vLLM counted 7 more meanwhile
         with running_service(state, *argv) as live:
             step(live, 12, 42)

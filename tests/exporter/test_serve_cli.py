@@ -16,6 +16,7 @@ import httpx
 
 from preemptscope import settings
 from preemptscope.commands.serve import EXIT_BIND
+from tests.exporter.conftest import serve_process
 
 TOKEN = "sign-in-token-0123456789abcdef"
 
@@ -83,21 +84,8 @@ def _start(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[str], str, list
     tmp_path.mkdir(parents=True, exist_ok=True)
     log = tmp_path / "vllm.log"
     log.write_text("")
-    process = serve("--log", f"{log}=chat", "--state-dir", str(tmp_path / "state"),
-                    "--port", "0", *argv)  # fmt: skip
-    assert process.stderr is not None
-    seen: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        match = re.search(r"serving on (http://[\d.]+:\d+)", line)
-        if match:
-            return process, match.group(1), seen
-    process.kill()
-    raise AssertionError("serve did not start: " + "".join(seen))
+    return serve_process("--log", f"{log}=chat", "--state-dir", str(tmp_path / "state"),
+                         "--port", "0", *argv)  # fmt: skip
 
 
 def _stop(process: subprocess.Popen[str]) -> str:
@@ -144,3 +132,26 @@ def test_json_logs_for_collectors(tmp_path: Path) -> None:
     assert metrics and metrics[0]["status"] == 200 and metrics[0]["method"] == "GET"
     assert isinstance(metrics[0]["duration_ms"], float)
     assert TOKEN not in text
+
+
+def test_outgoing_scrapes_are_logged_only_when_they_fail(tmp_path: Path) -> None:
+    """docs/exporter.md: a scrape of a vLLM target is no log line unless it fails."""
+    from tests.exporter.test_restart import demo_server
+
+    with demo_server() as fake:
+        process, url, _ = _start(
+            tmp_path, "--scrape", f"{fake}/healthy/metrics=ok", "--scrape",
+            "http://127.0.0.1:9/metrics=gone", "--scrape-interval", "0.5s",
+        )  # fmt: skip
+        try:
+            with httpx.Client(base_url=url, timeout=10) as client:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    text = client.get("/metrics").text
+                    if re.search(r'preemptscope_scrapes_total\{deployment="ok".*\} [3-9]', text):
+                        break
+                    time.sleep(0.2)
+        finally:
+            rest = _stop(process)
+    assert "HTTP Request" not in rest and "/healthy/metrics" not in rest
+    assert re.search(r"WARNING .*scrape of http://127\.0\.0\.1:9/metrics failed", rest), rest
