@@ -157,8 +157,18 @@ _ACCESS_CANON = (
     + r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?\n?$'
 )
 _CLAIM, _CASCADE, _PER_LINE = 0, 1, 2
-# One of uvicorn's level words with its colon before a vLLM header.
-_LEVEL_THEN_HEADER = cat.UVICORN_LEVEL + ".*" + cat.HEADER_CORE
+# A vLLM header opening the line after the common prefixes (docker's time, a process prefix):
+# no envelope can start in front of it.
+_HEADER_OPENS = _LINE_OPENING + f"(?:(?:{'|'.join(cat.LEVELS)}) )?" + cat.HEADER_CORE
+# The text in front of a line's first header (a lazy run: the first header's start).
+_BEFORE_HEADER = f"^([^\n]*?){cat.HEADER_CORE}"
+_OWN_LEVEL = f"(?:{'|'.join(cat.LEVELS)}) $"
+# In front of the header, what may start another envelope (every foreign envelope and
+# uvicorn's hold a level word) or a request's text (_envelope.envelope reads the header as
+# message text then).
+_NOT_FIRST = "|".join(
+    ["DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE", *(re.escape(x) for x in cat.REQUEST_LITERALS)]
+)
 # uvicorn's level opening the line: no envelope can start before it.
 _UVICORN_FIRST = _LINE_OPENING + cat.UVICORN_LEVEL + " "
 # The access logger's `INFO:` opening the line: the `INFO:` `_access_frame` reads after.
@@ -177,6 +187,19 @@ _ACCESS_UNSURE = rf"{_TWO_LEVEL_WORDS}|{_LONG_PID}|\] (?:[^ ]+ )?INFO: "
 _CLIENT = rf"^[{_BLANKS}]+[!-~][^ ]*(?: [0-9]+)?$"
 _CLIENT_UNSURE = rf"^[{_BLANKS}]*[^ -~{_BLANKS}]|^[{_BLANKS}]*Throughput:"
 _ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
+
+
+def _header_not_first(text: pl.Series) -> pl.Series:
+    """Lines with a vLLM header in front of which another envelope or a request's text may
+    start (see _NOT_FIRST): checked only where the header does not open the line."""
+    headed = _cues.gated(text, "] ", cat.HEADER_CORE)
+    odd = _cues.both(headed, text, lambda sub: ~sub.str.contains(_HEADER_OPENS))
+
+    def in_front(sub: pl.Series) -> pl.Series:
+        before = sub.str.extract(_BEFORE_HEADER, 1).str.replace(_OWN_LEVEL, "")
+        return before.str.contains(_NOT_FIRST).fill_null(False)
+
+    return _cues.both(odd, text, in_front)
 
 
 def _access_verdicts(text: pl.Series) -> pl.Series:
@@ -402,16 +425,17 @@ def _cascade(
             claim("access", good.filter(verdict == _CLAIM))
             odd_parts.append(physical(good.filter(verdict == _PER_LINE)))
             rest = join(rest, good.filter(verdict == _CASCADE))
-    # A vLLM header behind uvicorn's `LEVEL:` is in uvicorn's message (an access line's
-    # client from X-Forwarded-For is anyone's text): the per-line path reads a line's first
-    # envelope, here any `LEVEL:` before a header (more than uvicorn's, never less).
+    # A line's first envelope is its envelope: a vLLM header behind uvicorn's `LEVEL:`, a
+    # foreign envelope or a request's text is in that message (a prompt logged under any
+    # logging format, an access line's client from X-Forwarded-For: anyone's text). Such
+    # lines go to the per-line path, which reads the first envelope (_envelope.envelope):
+    # here any level word or request literal in front of the first header but its own level
+    # (more lines than the per-line path reads so, never fewer).
     if rest.height:
-        # (One pass: the level words are the regex's SIMD prefilter, ~50 ns a line;
-        # `contains_any` of them took ~430.)
-        behind = rest["raw"].str.contains(_LEVEL_THEN_HEADER)
+        behind = _header_not_first(rest["raw"])
         if behind.any():
-            behind_uvicorn, rest = split(rest, behind)
-            odd_parts.append(physical(behind_uvicorn))
+            behind_other, rest = split(rest, behind)
+            odd_parts.append(physical(behind_other))
     # 2. kinds parsed per line (preemption, KV sizing, config).
     py, rest = split(rest, rest["raw"].str.contains(_PY_LIT))
     odd_parts.append(_settled(physical(py)))
