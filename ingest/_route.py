@@ -342,14 +342,39 @@ def _cascade(
     unusual = _cues.either(
         raw,
         lambda sub: sub.str.contains(r"\x1b|\r"),
-        lambda sub: sub.str.contains(_cues.ESCLESS_LIT),
+        _cues.colour_code,
     )
+    # tqdm redraws (a `\r` inside the line): with no vLLM header, the per-line path reads the
+    # text after the last `\r` (_envelope._clean), which the router reads here as the line;
+    # the rest (a header, a request's text, a process prefix kept in front) go per line.
+    carriage = unusual & raw.str.contains("\r", literal=True) if unusual.any() else unusual
+    redraw = pl.Series([], dtype=pl.Boolean)
+    if carriage.any():
+        carriage = carriage & ~raw.str.contains(r"^[^\r]*\r\n?$")
+        redraw = _cues.both(carriage & ~original["raw"].str.starts_with("{"), raw, _settles)
+    if redraw.any():
+        index = redraw.arg_true()
+        after = _after_redraws(raw.gather(index))
+        # A JSON object after the redraw is read as one per line (docker json-file, vLLM's
+        # JSON formatter): the router decodes one only where a line starts with it.
+        json = after.str.starts_with("{")
+        if json.any():
+            redraw = redraw.scatter(index.filter(json), False)
+            index, after = index.filter(~json), after.filter(~json)
+        raw = raw.scatter(index, after)
+        df = df.with_columns(raw.rename("raw"))
+    # The lines whose text routing changed in a way the per-line path does not read them
+    # (step 6 reads those again from their physical text, _continued). Not a settled redraw:
+    # the per-line path reads every line after its redraws (_envelope.clean), as a record,
+    # as a hard-wrap's half and as the line before another.
+    changed = []
     ansi = _cues.both(unusual, raw, _cues.ansi) if unusual.any() else unusual
-    stripped = None
     if ansi.any():
-        stripped = df["line"].filter(ansi)
+        changed.append(df["line"].filter(ansi))
         df = df.with_columns(pl.when(ansi).then(_cues.strip_ansi(raw_c)).otherwise(raw_c))
-    physical = _physical(original) if wrapped or stripped is not None else _as_it_is
+    stripped = pl.concat(changed).unique() if changed else None
+    rewritten = wrapped or redraw.any() or ansi.any()
+    physical = _physical(original) if rewritten else _as_it_is
     routed: dict[str, list[pl.DataFrame]] = {}
     odd_parts: list[pl.DataFrame] = []
 
@@ -395,9 +420,8 @@ def _cascade(
     odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
     # On the text before its codes are stripped, as the per-line path reads it: `]: \r\x1b[32m`
     # is a redraw of codes alone (blank) there, and a line ending in `\r` once stripped.
-    carriage = unusual & raw.str.contains("\r", literal=True) if unusual.any() else unusual
     if carriage.any():
-        odd_mask = odd_mask | (carriage & ~raw.str.contains(r"^[^\r]*\r\n?$"))
+        odd_mask = odd_mask | (carriage & ~redraw if redraw.len() else carriage)
     if odd_mask.any():
         odd, df = split(df, odd_mask)
         odd_parts.append(physical(odd))
@@ -500,6 +524,19 @@ def _cascade(
         bare = _cues.as_cleaned(text)
         readable = _cues.readable(bare)
         lone, more = split(headerless, ~readable)
+        if more.height:
+            # A progress bar (tqdm) opening a line the per-line path finds no envelope in is
+            # an `other` row of its own text: read here unless the line before may make it a
+            # record's tail (then the per-line path reads it in context).
+            sure = readable & _progress(text, bare)
+            if sure.any():
+                bars, more = split(more, sure.filter(readable))
+                after = _continued(bars, text.filter(sure), bare.filter(sure), stripped, before)(
+                    bars
+                )
+                tails, bars = split(bars, after)
+                more = join(more, tails)
+                claim("plain", bars.drop("hdr"))
         rest = join(rest, more)
         if lone.height:
             lonely = ~readable
@@ -514,6 +551,55 @@ def _cascade(
         odd_parts.append(physical(rest.drop("hdr")))
 
     return routed, odd_parts
+
+
+# In front of the first `\r`: a process prefix or a rank the per-line path may keep in front
+# of the last redraw (_envelope._clean).
+_REDRAW_PREFIX = r"^[^\r]*(?:pid=|\[rank)"
+
+
+def _settles(text: pl.Series) -> pl.Series:
+    """Lines with a `\r` inside that the per-line path reads as their text after the last
+    `\r` alone: no vLLM header anywhere (with codes, as _envelope._clean looks for one), no
+    process prefix that may stand in front of the first `\r`."""
+    header = _cues.gated(text, "] ", cat.HEADER_CORE)
+    return ~header & ~text.str.contains(_REDRAW_PREFIX)
+
+
+def _after_redraws(text: pl.Series) -> pl.Series:
+    """The text after the last `\r` of each line, its closing `\r`s and newline first
+    dropped, as _envelope.clean drops them (a line holds a `\n` at its end only)."""
+    after = text.str.extract(r"\r([^\r\n]+)\r*\n?$", 1)
+    missing = after.is_null().arg_true()  # `\r`s only after the text (`a\r\r`)
+    if missing.len() == 0:
+        return after
+    return after.scatter(missing, text.gather(missing).str.strip_chars_end("\r\n"))
+
+
+# A progress bar at the line start (cat.PLAIN_LINES), and what makes the per-line path read
+# something else in such a line: a compose prefix in front (_envelope._process_only; here an
+# ASCII superset of cat.COMPOSE, whose `\w` the two engines read apart).
+_PROGRESS = next(pattern for name, pattern in cat.PLAIN_LINES if name == "progress")
+_COMPOSE_FIRST = r"^[A-Za-z0-9][^ \n|]{0,80} +\| "
+assert cat.COMPOSE == r"[A-Za-z0-9][\w.-]{0,80} +\| "
+
+
+def _progress(text: pl.Series, bare: pl.Series) -> pl.Series:
+    """Lines (without a header or a kind literal: step 6's) the per-line path reads as a
+    progress bar of no envelope, message and all: the bar opens the text, which routing and
+    as_cleaned leave as it is, within the per-line budget, with no envelope cue, wrapper or
+    compose prefix (_cues.readable's other reasons)."""
+    return _cues.both(
+        text.str.contains(_PROGRESS),
+        text,
+        lambda sub: _cues.either(
+            sub,
+            _cues.envelope_cue,
+            lambda part: part.str.contains(_cues.WRAPPER_START),
+            lambda part: part.str.contains(_COMPOSE_FIRST),
+            lambda part: part.str.len_bytes() > _envelope.RECORD_BUDGET,
+        ).not_(),
+    ) & (bare.str.len_bytes() == text.str.len_bytes())
 
 
 def _physical(df: pl.DataFrame) -> Callable[[pl.DataFrame], pl.DataFrame]:
@@ -641,6 +727,7 @@ def _assemble(
         "access": ("access", _access_frame),
         "other": ("other", lambda sub: _other_frame(sub, uvicorn=False)),
         "other_uvi": ("other", lambda sub: _other_frame(sub, uvicorn=True)),
+        "plain": ("other", _plain_frame),
     }
     for name, (kind, builder) in builders.items():
         if name not in counts:
@@ -698,6 +785,23 @@ def _assemble(
     fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut"))
     accounting.parsed_lines = fast_parsed + parsed
     return _Batch(frames, accounting, summarized)
+
+
+def _plain_frame(sub: pl.DataFrame) -> pl.DataFrame:
+    """`other` rows of plain output (no envelope): the line's text, every other column null,
+    as the per-line path's rows (_lines._emit)."""
+    columns = _kind_columns("other")
+    known = {"line", "message", "_bulk"}
+    return sub.select(
+        pl.col("line"),
+        *[
+            pl.lit(None, dtype=dtype).alias(name)
+            for name, dtype in columns.items()
+            if name not in known
+        ],
+        pl.lit(False).alias("_bulk"),
+        pl.col("raw").str.strip_chars_end("\r\n").alias("message"),
+    ).select(list(columns))
 
 
 def _rows_frame(kind: str, rows: list[dict[str, object]]) -> pl.DataFrame:
