@@ -189,11 +189,11 @@ _CLIENT_UNSURE = rf"^[{_BLANKS}]*[^ -~{_BLANKS}]|^[{_BLANKS}]*Throughput:"
 _ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
 
 
-def _header_not_first(text: pl.Series) -> pl.Series:
-    """Lines with a vLLM header in front of which another envelope or a request's text may
-    start (see _NOT_FIRST): checked only where the header does not open the line."""
-    headed = _cues.gated(text, "] ", cat.HEADER_CORE)
-    odd = _cues.both(headed, text, lambda sub: ~sub.str.contains(_HEADER_OPENS))
+def _header_not_first(text: pl.Series, headers: pl.Series) -> pl.Series:
+    """Lines with a vLLM header (`headers`: their count) in front of which another envelope
+    or a request's text may start (see _NOT_FIRST): checked only where the header does not
+    open the line."""
+    odd = _cues.both(headers > 0, text, lambda sub: ~sub.str.contains(_HEADER_OPENS))
 
     def in_front(sub: pl.Series) -> pl.Series:
         before = sub.str.extract(_BEFORE_HEADER, 1).str.replace(_OWN_LEVEL, "")
@@ -455,24 +455,26 @@ def _cascade(
     # lines go to the per-line path, which reads the first envelope (_envelope.envelope):
     # here any level word or request literal in front of the first header but its own level
     # (more lines than the per-line path reads so, never fewer).
+    # (The headers of each line counted once, here: this step, the stats and request claims
+    # and step 5 read the count.)
+    rest = rest.with_columns(_cues.header_counts(rest["raw"]).alias("hdr"))
     if rest.height:
-        behind = _header_not_first(rest["raw"])
+        behind = _header_not_first(rest["raw"], rest["hdr"])
         if behind.any():
             behind_other, rest = split(rest, behind)
-            odd_parts.append(physical(behind_other))
+            odd_parts.append(physical(behind_other.drop("hdr")))
     # 2. kinds parsed per line (preemption, KV sizing, config).
     py, rest = split(rest, rest["raw"].str.contains(_PY_LIT))
-    odd_parts.append(_settled(physical(py)))
+    odd_parts.append(_settled(physical(py.drop("hdr"))))
     # 3. scheduler stats: well-formed single records only; anything else is damage.
     candidates, rest = split(rest, rest["raw"].str.contains(_STATS_LIT))
     if candidates.height:
-        single = candidates["raw"].str.count_matches(cat.HEADER_CORE) == 1
+        single = candidates["hdr"] == 1
         valid = single & candidates["raw"].str.contains(_STATS_VALID)
         good, bad = split(candidates, valid & ~candidates["raw"].str.contains(_STATS_UNSURE))
-        claim("stats", good)
-        odd_parts.append(_settled(physical(bad)))
+        claim("stats", good.drop("hdr"))
+        odd_parts.append(_settled(physical(bad.drop("hdr"))))
     # 4. request lifecycle lines; a request literal elsewhere in a message is just "other".
-    rest = rest.with_columns(_cues.header_counts(rest["raw"]).alias("hdr"))
     candidates, rest = split(rest, rest["raw"].str.contains_any(_REQ_STARTS))
     if candidates.height:
         good, bad = split(
