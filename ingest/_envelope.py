@@ -518,6 +518,12 @@ def _clean(text: str) -> str:
             at = last.start()
             end = -1 if request else text.find("\r", at)
             found = text[text.rfind("\r", 0, at) + 1 : end if end >= 0 else len(text)]
+        elif literal is not None and literal.start() < text.rfind("\r"):
+            # No header, but a request's text (its id) holds a `\r`: the line runs from the
+            # redraw the request starts after to its end (a header in colours, which no
+            # header search reads before the codes go, or a bare record behind the `\r` is
+            # the client's text).
+            found = text[text.rfind("\r", 0, literal.start()) + 1 :]
         else:
             # No record: the last redraw, behind the process prefix the line started with.
             start, final = text[: text.find("\r")], text[text.rfind("\r") + 1 :]

@@ -350,19 +350,10 @@ def _cascade(
     carriage = unusual & raw.str.contains("\r", literal=True) if unusual.any() else unusual
     redraw = pl.Series([], dtype=pl.Boolean)
     if carriage.any():
-        carriage = carriage & ~raw.str.contains(r"^[^\r]*\r\n?$")
-        redraw = _cues.both(carriage & ~original["raw"].str.starts_with("{"), raw, _settles)
-    if redraw.any():
-        index = redraw.arg_true()
-        after = _after_redraws(raw.gather(index))
-        # A JSON object after the redraw is read as one per line (docker json-file, vLLM's
-        # JSON formatter): the router decodes one only where a line starts with it.
-        json = after.str.starts_with("{")
-        if json.any():
-            redraw = redraw.scatter(index.filter(json), False)
-            index, after = index.filter(~json), after.filter(~json)
-        raw = raw.scatter(index, after)
-        df = df.with_columns(raw.rename("raw"))
+        carriage = carriage & ~raw.str.contains(_ONE_CLOSING_CR)
+        redraw, raw = redraws(raw, carriage & ~original["raw"].str.starts_with("{"))
+        if redraw.any():
+            df = df.with_columns(raw.rename("raw"))
     # The lines whose text routing changed in a way the per-line path does not read them
     # (step 6 reads those again from their physical text, _continued). Not a settled redraw:
     # the per-line path reads every line after its redraws (_envelope.clean), as a record,
@@ -563,9 +554,45 @@ _REDRAW_PREFIX = r"^[^\r]*(?:pid=|\[rank)"
 def _settles(text: pl.Series) -> pl.Series:
     """Lines with a `\r` inside that the per-line path reads as their text after the last
     `\r` alone: no vLLM header anywhere (with codes, as _envelope._clean looks for one), no
-    process prefix that may stand in front of the first `\r`."""
+    process prefix that may stand in front of the first `\r`, no request literal."""
     header = _cues.gated(text, "] ", cat.HEADER_CORE)
-    return ~header & ~text.str.contains(_REDRAW_PREFIX)
+    # A request literal: its text may run over the `\r`s (_envelope._clean), per line.
+    return ~header & ~text.str.contains(_REDRAW_PREFIX) & ~text.str.contains(_REQ_LIT)
+
+
+# A line whose one `\r` closes it (before its newline): no redraw.
+_ONE_CLOSING_CR = r"^[^\r]*\r\n?$"
+
+
+def redraws(raw: pl.Series, candidates: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """Of `candidates` (lines with a `\r` inside, none of them a JSON object), those settled
+    as their text after the last `\r` (_settles), and `raw` with those lines so rewritten."""
+    redraw = _cues.both(candidates, raw, _settles)
+    if not redraw.any():
+        return redraw, raw
+    index = redraw.arg_true()
+    after = _after_redraws(raw.gather(index))
+    # A JSON object after the redraw is read as one per line (docker json-file, vLLM's JSON
+    # formatter): the router decodes one only where a line starts with it.
+    json = after.str.starts_with("{")
+    if json.any():
+        redraw = redraw.scatter(index.filter(json), False)
+        index, after = index.filter(~json), after.filter(~json)
+    return redraw, raw.scatter(index, after)
+
+
+def redrawn(prev: pl.Series) -> pl.Series:
+    """Physical lines as routing reads them before their colour codes go (a redraw it
+    settles as its text after the last `\r`, which the per-line path reads of it too): what
+    step 6 judges a line before by."""
+    candidates = (
+        prev.str.contains("\r", literal=True)
+        & ~prev.str.contains(_ONE_CLOSING_CR)
+        & ~prev.str.starts_with("{")
+    ).fill_null(False)
+    if not candidates.any():
+        return prev
+    return redraws(prev, candidates)[1]
 
 
 def _after_redraws(text: pl.Series) -> pl.Series:
@@ -656,7 +683,7 @@ def _continued(
     index = (~same).arg_true()
     if index.len():
         read = before(lone[index].select(pl.col("line") + 1))  # the lines themselves
-        cont = cont.scatter(index, _cues.may_be_continued(read))
+        cont = cont.scatter(index, _cues.may_be_continued(redrawn(read)))
     # By line number (a gather, not a join: ~1.8 ms a MB of noise).
     first = cast(int, lone["line"].min())
     span = cast(int, lone["line"].max()) - first + 2
@@ -671,7 +698,7 @@ def _continued(
         unknown = mask.is_null().arg_true()
         if unknown.len():
             read = before(pl.DataFrame({"line": lines.gather(unknown)}))
-            mask = mask.scatter(unknown, _cues.may_be_continued(read))
+            mask = mask.scatter(unknown, _cues.may_be_continued(redrawn(read)))
         return mask
 
     def continued(others: pl.DataFrame) -> pl.Series:

@@ -176,8 +176,20 @@ def test_a_header_that_is_the_first_envelope_still_reads(line: str) -> None:
         "Added request abc\r{}.",
     ],
 )
-def test_a_carriage_return_in_an_id_forges_nothing(envelope: str, request_line: str) -> None:
-    line = envelope + request_line.format("WARNING" + _PREEMPT[1:])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "WARNING" + _PREEMPT[1:],
+        # A header in colours (no header search reads it before the codes go), a bare record.
+        "\x1b[33mWARNING\x1b[0m \x1b[90m01-15 14:00:00\x1b[0m [scheduler.py:1] "
+        + _PREEMPT.split("] ", 1)[1],
+        _STATS.split("] ", 1)[1],
+    ],
+)
+def test_a_carriage_return_in_an_id_forges_nothing(
+    envelope: str, request_line: str, payload: str
+) -> None:
+    line = envelope + request_line.format(payload)
     routed = _both([line])
     assert set(routed) <= ALLOWED
     assert routed["accounting"][0] == 1
