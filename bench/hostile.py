@@ -137,6 +137,36 @@ def junk(size: int) -> list[str]:
     return [f"{unit} {i}" for i in range(max(1, size // (len(unit) + 8)))]
 
 
+def carriage(size: int) -> list[str]:
+    """`a\rb`: lines with a carriage return inside (tqdm-like output without a record): each
+    read per line cost ~14x a normal line."""
+    unit = "a\rb"
+    return [unit for _ in range(max(1, size // (len(unit) + 1)))]
+
+
+def short_lines(size: int) -> list[str]:
+    """`a_b`: carriage's lines without the `\r`, the cost of a line that short whatever it
+    holds (a normal log's lines are ~50x longer)."""
+    unit = "a_b"
+    return [unit for _ in range(max(1, size // (len(unit) + 1)))]
+
+
+def progress_bars(size: int) -> list[str]:
+    """tqdm bars a line each (offline inference writing its progress to the log): plain
+    output, each read per line cost ~30x a normal line."""
+    unit = "Processed prompts:  90%|#########| 90/100 [00:09<00:10, 9.9it/s]"
+    return [unit for _ in range(max(1, size // (len(unit) + 1)))]
+
+
+def redraws(size: int) -> list[str]:
+    """tqdm progress bars redrawn on one physical line, behind a docker time (no header)."""
+    bar = "Processed prompts:  {:3d}%|{:<10}| {}/100 [00:{:02d}<00:10, 9.9it/s]"
+    unit = "2025-01-15T14:00:00.123Z " + "\r".join(
+        bar.format(i * 10, "#" * i, i * 10, i) for i in range(10)
+    )
+    return [unit for _ in range(max(1, size // (len(unit) + 1)))]
+
+
 CLASSES: dict[str, Callable[[int], list[str]]] = {
     "dash_runs": dash_runs,
     "dash_runs_prompt": dash_runs_prompt,
@@ -154,6 +184,10 @@ CLASSES: dict[str, Callable[[int], list[str]]] = {
     "access_query": access_query,
     "access_client": access_client,
     "junk": junk,
+    "carriage": carriage,
+    "short_lines": short_lines,
+    "progress_bars": progress_bars,
+    "redraws": redraws,
 }
 
 

@@ -118,12 +118,19 @@ def gated(text: pl.Series, literal: str, pattern: str) -> pl.Series:
 
 
 def ansi(text: pl.Series) -> pl.Series:
-    """Lines holding one of _ANSI_LITERALS."""
+    """Lines holding an ESC or a colour code without one (`[32m`, with a reset or not: the
+    per-line path strips every code, _envelope.strip_ansi)."""
     return either(
         text,
         lambda sub: sub.str.contains("\x1b", literal=True),
-        lambda sub: sub.str.contains(ESCLESS_LIT),
+        colour_code,
     )
+
+
+def colour_code(text: pl.Series) -> pl.Series:
+    """Lines holding cat.ANSI_SGR_CORE (every code ends in a digit and `m`: a search for them
+    first skips `[` runs, as as_cleaned does)."""
+    return both(text.str.contains("[0-9]m"), text, lambda sub: sub.str.contains(cat.ANSI_SGR_CORE))
 
 
 # Every literal one of the checks of `readable` needs (each pattern's own gate; PLAIN_CUE's

@@ -86,6 +86,8 @@ _PROCESS_AT_RE = regex.compile(
 FOREIGN_RES = [(env, regex.compile(env.pattern, FLAGS)) for env in cat.FOREIGN_ENVELOPES]
 # One of these is in every match of FOREIGN_RES and UVICORN_LEVEL_RE (their level group).
 _LEVEL_WORDS = ("DEBUG", "INFO", "WARN", "ERROR", "CRITICAL", "TRACE")
+# A request row's literal (each row's message starts with one).
+_REQUEST_LIT_RE = regex.compile("|".join(regex.escape(x) for x in cat.REQUEST_LITERALS), FLAGS)
 # How much of a line the per-line path reads: records are short; a config payload or a prompt
 # beyond this is data nobody needs to parse (and no line costs more than this much work).
 RECORD_BUDGET = 64 * 1024
@@ -223,6 +225,32 @@ def _find_header(text: str, pos: int) -> tuple[int, str | None, regex.Match[str]
     return at, None, match
 
 
+def _worded(text: str, end: int) -> bool:
+    """Whether a level word stands in front of `end` other than a header's own level."""
+    for level in cat.LEVELS:
+        if text.endswith(level + " ", 0, end):
+            end -= len(level) + 1
+            break
+    return any(text.find(word, 0, end) >= 0 for word in _LEVEL_WORDS)
+
+
+def _first_or_none(
+    text: str, begin: int, found: tuple[int, str | None, regex.Match[str]]
+) -> tuple[int, str | None, regex.Match[str]] | None:
+    """`found` (a header at found[0]) when no uvicorn level or foreign envelope starts in
+    front of it, else None (that envelope is the line's; envelope() reads it)."""
+    at = found[0]
+    if UVICORN_LEVEL_RE.search(text, begin, at) is not None:
+        return None
+    for _env, pattern in FOREIGN_RES:
+        # From the line start, as envelope() reads them (a foreign time may look like a
+        # wrapper's); one that starts in front of the header is the line's envelope.
+        match = pattern.search(text, 0, len(text))
+        if match is not None and match.start() < at:
+            return None
+    return found
+
+
 def envelope(text: str) -> tuple[Env, str]:
     """Find the envelope; return it and the message (the whole text when there is none)."""
     text = text[:RECORD_BUDGET]
@@ -233,9 +261,16 @@ def envelope(text: str) -> tuple[Env, str]:
     colon = ":" in text
     # A vLLM header has a `]` after its location: without one, no timestamp search.
     found = _find_header(text, begin) if colon and "]" in text else None
-    # A line's first envelope is its envelope: a header behind uvicorn's `LEVEL:` is in
-    # uvicorn's message (an access line's client, from X-Forwarded-For, is anyone's text).
-    if found is not None and UVICORN_LEVEL_RE.search(text, begin, found[0]) is not None:
+    # A line's first envelope is its envelope, and what follows it is its message: a header
+    # behind uvicorn's `LEVEL:` or a foreign envelope is in that envelope's message (a prompt
+    # logged by `vllm.entrypoints.logger` under any format, an access line's client from
+    # X-Forwarded-For: anyone's text). Every such envelope holds a level word: without one
+    # in front of the header, the header opens the line's record.
+    if found is not None and _worded(text, found[0]):
+        found = _first_or_none(text, begin, found)
+    # Behind text of no known envelope, a header after a request row's literal is in that
+    # request's text (vLLM logs a client's prompt, id and output only on request lines).
+    if found is not None and _REQUEST_LIT_RE.search(text, begin, found[0]) is not None:
         found = None
     # Foreign envelopes and uvicorn's all hold a level word: without one, none of their six
     # searches (~7.5 ns a byte each) runs (hypothesis found `1.{non-default args: '` runs
@@ -464,15 +499,31 @@ def _clean(text: str) -> str:
         # is, carriage returns too (its prompt goes through `repr`), so a header behind it is
         # the client's text, not a record, and the line runs to its end. (tqdm writes its
         # redraws before a record; a record ends with its newline, not a `\r`.)
+        # So is a request row's literal in front of a header, behind any other envelope (a
+        # foreign format's `INFO:vllm.entrypoints.logger:Received request <id>`): the request
+        # line runs from the redraw it starts after to the end of the line.
         last, request = None, False
+        literal = _REQUEST_LIT_RE.search(text)
         for last in HEADER_CORE_RE.finditer(text) if "] " in text else ():
+            if literal is not None and literal.start() < last.start():
+                request = True
+                break
             if text.startswith(cat.REQUEST_LITERALS, last.end()):
                 request = True
                 break
-        if last is not None:
+        if request and literal is not None and last is not None and literal.start() < last.start():
+            at = literal.start()
+            found = text[text.rfind("\r", 0, at) + 1 :]
+        elif last is not None:
             at = last.start()
             end = -1 if request else text.find("\r", at)
             found = text[text.rfind("\r", 0, at) + 1 : end if end >= 0 else len(text)]
+        elif literal is not None and literal.start() < text.rfind("\r"):
+            # No header, but a request's text (its id) holds a `\r`: the line runs from the
+            # redraw the request starts after to its end (a header in colours, which no
+            # header search reads before the codes go, or a bare record behind the `\r` is
+            # the client's text).
+            found = text[text.rfind("\r", 0, literal.start()) + 1 :]
         else:
             # No record: the last redraw, behind the process prefix the line started with.
             start, final = text[: text.find("\r")], text[text.rfind("\r") + 1 :]

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
-import pyarrow as pa
+from preemptscope.ingest._arrow import binary_lines
 
 from preemptscope.errors import ConfigError, InputError
 
@@ -161,10 +163,10 @@ def iter_blocks(
     offset = 0  # bytes of the input before `carry`
     try:
         while True:
-            # Arrow's allocator hands out memory without zero-filling it (bytearray(n) zeroes
+            # numpy's allocator hands out memory without zero-filling it (bytearray(n) zeroes
             # a whole chunk first: ~10 ms per chunk); readinto overwrites what is used.
-            buffer = pa.allocate_buffer(len(carry) + chunk_bytes)
-            view = memoryview(buffer).cast("B")
+            buffer = np.empty(len(carry) + chunk_bytes, dtype=np.uint8)
+            view = buffer.data.cast("B")
             view[: len(carry)] = carry
             got = _read_full(handle, path, view[len(carry) :])
             if not got:
@@ -365,39 +367,51 @@ def safe_cut(
 def split_lines(chunk: bytes | memoryview) -> pl.Series:
     """One String per physical line, trailing newline kept (patterns tolerate it).
 
-    Newlines are found by Polars on a zero-copy UInt8 view and the strings are built by Arrow
-    from the same buffer, so no Python object is made per line. Invalid UTF-8 becomes U+FFFD:
-    the line is kept, never dropped.
+    Newlines are found by numpy on a zero-copy view of the chunk, and Polars takes the lines
+    as Arrow binary values over the same buffer (ingest/_arrow.py), so no Python object is
+    made per line. Invalid UTF-8 becomes U+FFFD: the line is kept, never dropped.
     """
     size = len(chunk)
     if size == 0:
         return pl.Series("raw", [], dtype=pl.String)
-    buffer = pa.py_buffer(chunk)
-    as_bytes = pl.from_arrow(pa.Array.from_buffers(pa.uint8(), size, [None, buffer]))
-    assert isinstance(as_bytes, pl.Series)
-    ends = (as_bytes == 10).arg_true().cast(pl.Int64) + 1
-    pieces = [pl.Series([0], dtype=pl.Int64), ends]
-    if chunk[-1:] != b"\n":
-        pieces.append(pl.Series([size], dtype=pl.Int64))
-    offsets = pl.concat(pieces)
-    return lines_from_buffers(offsets.len() - 1, offsets.to_arrow().buffers()[1], buffer)
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    ends = np.flatnonzero(data == 10)
+    count = len(ends) + (chunk[-1:] != b"\n")
+    offsets = np.empty(count + 1, dtype=np.int64)
+    offsets[0] = 0
+    offsets[1 : len(ends) + 1] = ends + 1
+    offsets[-1] = size
+    return lines_from_buffers(count, offsets, data)
 
 
-def lines_from_buffers(count: int, offsets: pa.Buffer, data: pa.Buffer) -> pl.Series:
+def lines_from_buffers(
+    count: int, offsets: npt.NDArray[np.int64], data: npt.NDArray[np.uint8]
+) -> pl.Series:
     """The String Series "raw" of `count` lines: line i is data[offsets[i]:offsets[i + 1]]
     (int64 offsets), without a Python object per line unless a line is not valid UTF-8.
 
     Invalid UTF-8 becomes U+FFFD, line by line (a newline is never part of a UTF-8 sequence,
     so this is what decoding the whole buffer would give): the line is kept, never dropped.
     """
-    array = pa.LargeBinaryArray.from_buffers(pa.large_binary(), count, [None, offsets, data])
-    binary = pl.from_arrow(array)
-    assert isinstance(binary, pl.Series)
+    binary = binary_lines(count, offsets, data)
     try:
         lines = binary.cast(pl.String)
     except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError):
-        lines = pl.Series([b.decode("utf-8", "replace") for b in binary.to_list()], dtype=pl.String)
-    return lines.rename("raw")
+        # The lines with a byte past ASCII through Python's decoder; the others cast as
+        # before, over a copy of the chunk with those bytes blanked (Polars checks the whole
+        # buffer): a chunk with one bad byte no longer decodes every line in Python.
+        high = np.flatnonzero(data >= 0x80)
+        rows = np.unique(np.searchsorted(offsets, high, side="right") - 1)
+        texts = [
+            bytes(data[offsets[row] : offsets[row + 1]]).decode("utf-8", "replace")
+            for row in rows.tolist()
+        ]
+        ascii_only = data.copy()
+        ascii_only[high] = 0x20
+        lines = binary_lines(count, offsets, ascii_only).cast(pl.String)
+        lines = lines.scatter(pl.Series(rows, dtype=pl.Int64), pl.Series(texts, dtype=pl.String))
+    renamed: pl.Series = lines.rename("raw")
+    return renamed
 
 
 def display_name(path: str) -> str:

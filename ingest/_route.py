@@ -157,8 +157,18 @@ _ACCESS_CANON = (
     + r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?\n?$'
 )
 _CLAIM, _CASCADE, _PER_LINE = 0, 1, 2
-# One of uvicorn's level words with its colon before a vLLM header.
-_LEVEL_THEN_HEADER = cat.UVICORN_LEVEL + ".*" + cat.HEADER_CORE
+# A vLLM header opening the line after the common prefixes (docker's time, a process prefix):
+# no envelope can start in front of it.
+_HEADER_OPENS = _LINE_OPENING + f"(?:(?:{'|'.join(cat.LEVELS)}) )?" + cat.HEADER_CORE
+# The text in front of a line's first header (a lazy run: the first header's start).
+_BEFORE_HEADER = f"^([^\n]*?){cat.HEADER_CORE}"
+_OWN_LEVEL = f"(?:{'|'.join(cat.LEVELS)}) $"
+# In front of the header, what may start another envelope (every foreign envelope and
+# uvicorn's hold a level word) or a request's text (_envelope.envelope reads the header as
+# message text then).
+_NOT_FIRST = "|".join(
+    ["DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE", *(re.escape(x) for x in cat.REQUEST_LITERALS)]
+)
 # uvicorn's level opening the line: no envelope can start before it.
 _UVICORN_FIRST = _LINE_OPENING + cat.UVICORN_LEVEL + " "
 # The access logger's `INFO:` opening the line: the `INFO:` `_access_frame` reads after.
@@ -177,6 +187,19 @@ _ACCESS_UNSURE = rf"{_TWO_LEVEL_WORDS}|{_LONG_PID}|\] (?:[^ ]+ )?INFO: "
 _CLIENT = rf"^[{_BLANKS}]+[!-~][^ ]*(?: [0-9]+)?$"
 _CLIENT_UNSURE = rf"^[{_BLANKS}]*[^ -~{_BLANKS}]|^[{_BLANKS}]*Throughput:"
 _ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
+
+
+def _header_not_first(text: pl.Series, headers: pl.Series) -> pl.Series:
+    """Lines with a vLLM header (`headers`: their count) in front of which another envelope
+    or a request's text may start (see _NOT_FIRST): checked only where the header does not
+    open the line."""
+    odd = _cues.both(headers > 0, text, lambda sub: ~sub.str.contains(_HEADER_OPENS))
+
+    def in_front(sub: pl.Series) -> pl.Series:
+        before = sub.str.extract(_BEFORE_HEADER, 1).str.replace(_OWN_LEVEL, "")
+        return before.str.contains(_NOT_FIRST).fill_null(False)
+
+    return _cues.both(odd, text, in_front)
 
 
 def _access_verdicts(text: pl.Series) -> pl.Series:
@@ -319,14 +342,30 @@ def _cascade(
     unusual = _cues.either(
         raw,
         lambda sub: sub.str.contains(r"\x1b|\r"),
-        lambda sub: sub.str.contains(_cues.ESCLESS_LIT),
+        _cues.colour_code,
     )
+    # tqdm redraws (a `\r` inside the line): with no vLLM header, the per-line path reads the
+    # text after the last `\r` (_envelope._clean), which the router reads here as the line;
+    # the rest (a header, a request's text, a process prefix kept in front) go per line.
+    carriage = unusual & raw.str.contains("\r", literal=True) if unusual.any() else unusual
+    redraw = pl.Series([], dtype=pl.Boolean)
+    if carriage.any():
+        carriage = carriage & ~raw.str.contains(_ONE_CLOSING_CR)
+        redraw, raw = redraws(raw, carriage & ~original["raw"].str.starts_with("{"))
+        if redraw.any():
+            df = df.with_columns(raw.rename("raw"))
+    # The lines whose text routing changed in a way the per-line path does not read them
+    # (step 6 reads those again from their physical text, _continued). Not a settled redraw:
+    # the per-line path reads every line after its redraws (_envelope.clean), as a record,
+    # as a hard-wrap's half and as the line before another.
+    changed = []
     ansi = _cues.both(unusual, raw, _cues.ansi) if unusual.any() else unusual
-    stripped = None
     if ansi.any():
-        stripped = df["line"].filter(ansi)
+        changed.append(df["line"].filter(ansi))
         df = df.with_columns(pl.when(ansi).then(_cues.strip_ansi(raw_c)).otherwise(raw_c))
-    physical = _physical(original) if wrapped or stripped is not None else _as_it_is
+    stripped = pl.concat(changed).unique() if changed else None
+    rewritten = wrapped or redraw.any() or ansi.any()
+    physical = _physical(original) if rewritten else _as_it_is
     routed: dict[str, list[pl.DataFrame]] = {}
     odd_parts: list[pl.DataFrame] = []
 
@@ -372,9 +411,8 @@ def _cascade(
     odd_mask = brace | text.str.contains(cat.RAY_REPEAT_LITERAL, literal=True)
     # On the text before its codes are stripped, as the per-line path reads it: `]: \r\x1b[32m`
     # is a redraw of codes alone (blank) there, and a line ending in `\r` once stripped.
-    carriage = unusual & raw.str.contains("\r", literal=True) if unusual.any() else unusual
     if carriage.any():
-        odd_mask = odd_mask | (carriage & ~raw.str.contains(r"^[^\r]*\r\n?$"))
+        odd_mask = odd_mask | (carriage & ~redraw if redraw.len() else carriage)
     if odd_mask.any():
         odd, df = split(df, odd_mask)
         odd_parts.append(physical(odd))
@@ -402,29 +440,32 @@ def _cascade(
             claim("access", good.filter(verdict == _CLAIM))
             odd_parts.append(physical(good.filter(verdict == _PER_LINE)))
             rest = join(rest, good.filter(verdict == _CASCADE))
-    # A vLLM header behind uvicorn's `LEVEL:` is in uvicorn's message (an access line's
-    # client from X-Forwarded-For is anyone's text): the per-line path reads a line's first
-    # envelope, here any `LEVEL:` before a header (more than uvicorn's, never less).
+    # A line's first envelope is its envelope: a vLLM header behind uvicorn's `LEVEL:`, a
+    # foreign envelope or a request's text is in that message (a prompt logged under any
+    # logging format, an access line's client from X-Forwarded-For: anyone's text). Such
+    # lines go to the per-line path, which reads the first envelope (_envelope.envelope):
+    # here any level word or request literal in front of the first header but its own level
+    # (more lines than the per-line path reads so, never fewer).
+    # (The headers of each line counted once, here: this step, the stats and request claims
+    # and step 5 read the count.)
+    rest = rest.with_columns(_cues.header_counts(rest["raw"]).alias("hdr"))
     if rest.height:
-        # (One pass: the level words are the regex's SIMD prefilter, ~50 ns a line;
-        # `contains_any` of them took ~430.)
-        behind = rest["raw"].str.contains(_LEVEL_THEN_HEADER)
+        behind = _header_not_first(rest["raw"], rest["hdr"])
         if behind.any():
-            behind_uvicorn, rest = split(rest, behind)
-            odd_parts.append(physical(behind_uvicorn))
+            behind_other, rest = split(rest, behind)
+            odd_parts.append(physical(behind_other.drop("hdr")))
     # 2. kinds parsed per line (preemption, KV sizing, config).
     py, rest = split(rest, rest["raw"].str.contains(_PY_LIT))
-    odd_parts.append(_settled(physical(py)))
+    odd_parts.append(_settled(physical(py.drop("hdr"))))
     # 3. scheduler stats: well-formed single records only; anything else is damage.
     candidates, rest = split(rest, rest["raw"].str.contains(_STATS_LIT))
     if candidates.height:
-        single = candidates["raw"].str.count_matches(cat.HEADER_CORE) == 1
+        single = candidates["hdr"] == 1
         valid = single & candidates["raw"].str.contains(_STATS_VALID)
         good, bad = split(candidates, valid & ~candidates["raw"].str.contains(_STATS_UNSURE))
-        claim("stats", good)
-        odd_parts.append(_settled(physical(bad)))
+        claim("stats", good.drop("hdr"))
+        odd_parts.append(_settled(physical(bad.drop("hdr"))))
     # 4. request lifecycle lines; a request literal elsewhere in a message is just "other".
-    rest = rest.with_columns(_cues.header_counts(rest["raw"]).alias("hdr"))
     candidates, rest = split(rest, rest["raw"].str.contains_any(_REQ_STARTS))
     if candidates.height:
         good, bad = split(
@@ -476,6 +517,19 @@ def _cascade(
         bare = _cues.as_cleaned(text)
         readable = _cues.readable(bare)
         lone, more = split(headerless, ~readable)
+        if more.height:
+            # A progress bar (tqdm) opening a line the per-line path finds no envelope in is
+            # an `other` row of its own text: read here unless the line before may make it a
+            # record's tail (then the per-line path reads it in context).
+            sure = readable & _progress(text, bare)
+            if sure.any():
+                bars, more = split(more, sure.filter(readable))
+                after = _continued(bars, text.filter(sure), bare.filter(sure), stripped, before)(
+                    bars
+                )
+                tails, bars = split(bars, after)
+                more = join(more, tails)
+                claim("plain", bars.drop("hdr"))
         rest = join(rest, more)
         if lone.height:
             lonely = ~readable
@@ -490,6 +544,91 @@ def _cascade(
         odd_parts.append(physical(rest.drop("hdr")))
 
     return routed, odd_parts
+
+
+# In front of the first `\r`: a process prefix or a rank the per-line path may keep in front
+# of the last redraw (_envelope._clean).
+_REDRAW_PREFIX = r"^[^\r]*(?:pid=|\[rank)"
+
+
+def _settles(text: pl.Series) -> pl.Series:
+    """Lines with a `\r` inside that the per-line path reads as their text after the last
+    `\r` alone: no vLLM header anywhere (with codes, as _envelope._clean looks for one), no
+    process prefix that may stand in front of the first `\r`, no request literal."""
+    header = _cues.gated(text, "] ", cat.HEADER_CORE)
+    # A request literal: its text may run over the `\r`s (_envelope._clean), per line.
+    return ~header & ~text.str.contains(_REDRAW_PREFIX) & ~text.str.contains(_REQ_LIT)
+
+
+# A line whose one `\r` closes it (before its newline): no redraw.
+_ONE_CLOSING_CR = r"^[^\r]*\r\n?$"
+
+
+def redraws(raw: pl.Series, candidates: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """Of `candidates` (lines with a `\r` inside, none of them a JSON object), those settled
+    as their text after the last `\r` (_settles), and `raw` with those lines so rewritten."""
+    redraw = _cues.both(candidates, raw, _settles)
+    if not redraw.any():
+        return redraw, raw
+    index = redraw.arg_true()
+    after = _after_redraws(raw.gather(index))
+    # A JSON object after the redraw is read as one per line (docker json-file, vLLM's JSON
+    # formatter): the router decodes one only where a line starts with it.
+    json = after.str.starts_with("{")
+    if json.any():
+        redraw = redraw.scatter(index.filter(json), False)
+        index, after = index.filter(~json), after.filter(~json)
+    return redraw, raw.scatter(index, after)
+
+
+def redrawn(prev: pl.Series) -> pl.Series:
+    """Physical lines as routing reads them before their colour codes go (a redraw it
+    settles as its text after the last `\r`, which the per-line path reads of it too): what
+    step 6 judges a line before by."""
+    candidates = (
+        prev.str.contains("\r", literal=True)
+        & ~prev.str.contains(_ONE_CLOSING_CR)
+        & ~prev.str.starts_with("{")
+    ).fill_null(False)
+    if not candidates.any():
+        return prev
+    return redraws(prev, candidates)[1]
+
+
+def _after_redraws(text: pl.Series) -> pl.Series:
+    """The text after the last `\r` of each line, its closing `\r`s and newline first
+    dropped, as _envelope.clean drops them (a line holds a `\n` at its end only)."""
+    after = text.str.extract(r"\r([^\r\n]+)\r*\n?$", 1)
+    missing = after.is_null().arg_true()  # `\r`s only after the text (`a\r\r`)
+    if missing.len() == 0:
+        return after
+    return after.scatter(missing, text.gather(missing).str.strip_chars_end("\r\n"))
+
+
+# A progress bar at the line start (cat.PLAIN_LINES), and what makes the per-line path read
+# something else in such a line: a compose prefix in front (_envelope._process_only; here an
+# ASCII superset of cat.COMPOSE, whose `\w` the two engines read apart).
+_PROGRESS = next(pattern for name, pattern in cat.PLAIN_LINES if name == "progress")
+_COMPOSE_FIRST = r"^[A-Za-z0-9][^ \n|]{0,80} +\| "
+assert cat.COMPOSE == r"[A-Za-z0-9][\w.-]{0,80} +\| "
+
+
+def _progress(text: pl.Series, bare: pl.Series) -> pl.Series:
+    """Lines (without a header or a kind literal: step 6's) the per-line path reads as a
+    progress bar of no envelope, message and all: the bar opens the text, which routing and
+    as_cleaned leave as it is, within the per-line budget, with no envelope cue, wrapper or
+    compose prefix (_cues.readable's other reasons)."""
+    return _cues.both(
+        text.str.contains(_PROGRESS),
+        text,
+        lambda sub: _cues.either(
+            sub,
+            _cues.envelope_cue,
+            lambda part: part.str.contains(_cues.WRAPPER_START),
+            lambda part: part.str.contains(_COMPOSE_FIRST),
+            lambda part: part.str.len_bytes() > _envelope.RECORD_BUDGET,
+        ).not_(),
+    ) & (bare.str.len_bytes() == text.str.len_bytes())
 
 
 def _physical(df: pl.DataFrame) -> Callable[[pl.DataFrame], pl.DataFrame]:
@@ -544,7 +683,7 @@ def _continued(
     index = (~same).arg_true()
     if index.len():
         read = before(lone[index].select(pl.col("line") + 1))  # the lines themselves
-        cont = cont.scatter(index, _cues.may_be_continued(read))
+        cont = cont.scatter(index, _cues.may_be_continued(redrawn(read)))
     # By line number (a gather, not a join: ~1.8 ms a MB of noise).
     first = cast(int, lone["line"].min())
     span = cast(int, lone["line"].max()) - first + 2
@@ -559,7 +698,7 @@ def _continued(
         unknown = mask.is_null().arg_true()
         if unknown.len():
             read = before(pl.DataFrame({"line": lines.gather(unknown)}))
-            mask = mask.scatter(unknown, _cues.may_be_continued(read))
+            mask = mask.scatter(unknown, _cues.may_be_continued(redrawn(read)))
         return mask
 
     def continued(others: pl.DataFrame) -> pl.Series:
@@ -617,6 +756,7 @@ def _assemble(
         "access": ("access", _access_frame),
         "other": ("other", lambda sub: _other_frame(sub, uvicorn=False)),
         "other_uvi": ("other", lambda sub: _other_frame(sub, uvicorn=True)),
+        "plain": ("other", _plain_frame),
     }
     for name, (kind, builder) in builders.items():
         if name not in counts:
@@ -674,6 +814,23 @@ def _assemble(
     fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut"))
     accounting.parsed_lines = fast_parsed + parsed
     return _Batch(frames, accounting, summarized)
+
+
+def _plain_frame(sub: pl.DataFrame) -> pl.DataFrame:
+    """`other` rows of plain output (no envelope): the line's text, every other column null,
+    as the per-line path's rows (_lines._emit)."""
+    columns = _kind_columns("other")
+    known = {"line", "message", "_bulk"}
+    return sub.select(
+        pl.col("line"),
+        *[
+            pl.lit(None, dtype=dtype).alias(name)
+            for name, dtype in columns.items()
+            if name not in known
+        ],
+        pl.lit(False).alias("_bulk"),
+        pl.col("raw").str.strip_chars_end("\r\n").alias("message"),
+    ).select(list(columns))
 
 
 def _rows_frame(kind: str, rows: list[dict[str, object]]) -> pl.DataFrame:

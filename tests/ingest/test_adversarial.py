@@ -42,6 +42,10 @@ EXPECTED = {
     "access_query": {"access"},
     "access_client": {"other"},
     "junk": {"unrecognized"},
+    "carriage": {"unrecognized"},
+    "short_lines": {"unrecognized"},
+    "progress_bars": {"other"},
+    "redraws": {"other"},
 }
 
 

@@ -155,8 +155,10 @@ def _checked_continued(
 
     def continued(others: pl.DataFrame) -> pl.Series:
         got = real(others)
-        up = before(others.select(pl.col("line") - 1))
-        want = _cues.may_be_continued(before(others)) | _cues.may_be_continued(up)
+        # (A redraw the router settles is judged by its text after the last `\r`.)
+        up = _route.redrawn(before(others.select(pl.col("line") - 1)))
+        want = _cues.may_be_continued(_route.redrawn(before(others)))
+        want = want | _cues.may_be_continued(up)
         assert got.to_list() == want.fill_null(False).to_list()
         return got
 
