@@ -232,7 +232,9 @@ def find_limit(
     source: Literal["log", "inferred", "none"] = (
         "log" if capacity.max_num_seqs else "inferred" if max_num_seqs_inferred else "none"
     )
-    active = [w for w in windows if not w.idle and (w.samples > 0 or w.latency)]
+    # A window whose only record is a preemption is active too: vLLM preempts only when the
+    # KV cache cannot hold the running requests, so that alone says which limit bound.
+    active = [w for w in windows if not w.idle and (w.samples > 0 or w.latency or w.preemptions)]
     flagged = [w for w in active if w.over_capacity or w.queue_bound]
     counts = {name: sum(1 for w in flagged if name in w.limits) for name in LIMIT_ORDER}
     binding: list[LimitName] = sorted(

@@ -213,3 +213,15 @@ def test_metrics_alone_give_the_plateau_and_the_budget_histogram() -> None:
     assert dep.verdict.limit == "max_num_batched_tokens", limit_line(dep.verdict)
     measured = [w for w in dep.windows if w.tokens_per_step_source == "iteration_tokens"]
     assert measured and all(w.tokens_per_step == 490.0 for w in measured)
+
+
+@pytest.mark.parametrize("log", ["070-v063dev173-*.log", "116-v07x-lora-*.log"])
+def test_a_preemption_warning_alone_says_the_kv_cache_binds(log: str) -> None:
+    """Real V0 logs whose only record in their window is a preemption warning: vLLM preempts
+    only when the KV cache cannot hold the running requests, so that is the limit."""
+    (path,) = [*(FIXTURES.parent / "corpus").glob(log), *(FIXTURES.parent / "round2").glob(log)]
+    inputs = load_inputs([f"{path}=d"], [], [], options=LoadOptions())
+    (dep,) = analyze(inputs, AnalysisParams()).deployments
+    assert dep.verdict.state == "at_risk"
+    assert dep.verdict.limit == "kv_cache"
+    assert "KV cache binds" in limit_line(dep.verdict)
