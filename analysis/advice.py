@@ -30,7 +30,12 @@ from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Advice, Capacity, Verdict, Window
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import engine_key
-from preemptscope.analysis.sim.fidelity import Fidelity, fidelity
+from preemptscope.analysis.sim.fidelity import (
+    TOL_PREEMPTIONS,
+    TOL_PREEMPTIONS_ABS,
+    Fidelity,
+    fidelity,
+)
 from preemptscope.analysis.sim.observed import Replay, candidate_config, check_changes
 from preemptscope.analysis.sim.whatif import WhatIfOutcome, relabel
 from preemptscope.analysis.sim.workload import Workload
@@ -195,14 +200,18 @@ def _score(now: WhatIfOutcome, new: WhatIfOutcome, knob: Knob) -> tuple[Any, ...
 
 
 def helps(now: WhatIfOutcome, new: WhatIfOutcome) -> bool:
-    """Better e2e p99 or tok/s without the other worse, or fewer preemptions, both unchanged."""
+    """Better e2e p99 or tok/s without the other worse, or, both unchanged, fewer preemptions
+    by more than the replay's own tolerance (fidelity.py: a smaller saving is within what the
+    replay of now may miss by, so the replay cannot tell it from none)."""
     tput = _change(new.output_throughput, now.output_throughput) or 0.0
     p99 = _change(new.e2e_p99, now.e2e_p99) or 0.0
     if p99 < -SAME and tput >= -SAME:
         return True
     if tput > SAME and p99 <= SAME:
         return True
-    return abs(p99) <= SAME and abs(tput) <= SAME and new.preemptions < now.preemptions
+    saved = now.preemptions - new.preemptions
+    tol = max(TOL_PREEMPTIONS_ABS, TOL_PREEMPTIONS * now.preemptions)
+    return abs(p99) <= SAME and abs(tput) <= SAME and saved > tol
 
 
 def _sig(value: float | None) -> float:
@@ -368,12 +377,15 @@ def _candidates(knob: Knob, replay: Replay, hints: _Hints) -> list[Any]:
     return []
 
 
-def _figures(o: WhatIfOutcome) -> dict[str, float | int | None]:
-    return {
+def _figures(o: WhatIfOutcome) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "preemptions": o.preemptions,
         "output_throughput": round(o.output_throughput, 3),
         "e2e_p99": round(o.e2e_p99, 3) if o.e2e_p99 is not None else None,
     }
+    if o.per_priority:  # the workload has priority classes: each one's figures too
+        out["per_priority"] = o.per_priority
+    return out
 
 
 def _change(new: float | None, old: float | None) -> float | None:
@@ -391,6 +403,10 @@ def effect(now: WhatIfOutcome, new: WhatIfOutcome) -> str:
     ):
         if change is not None:
             parts.append(f"{label} {round(change * 100) + 0:+d} %")  # + 0: no "-0 %"
+    for cls in sorted(set(now.per_priority) & set(new.per_priority), key=int):
+        a, b = now.per_priority[cls].get("e2e_p99"), new.per_priority[cls].get("e2e_p99")
+        if a is not None and b is not None:
+            parts.append(f"priority {cls} e2e p99 {a:,.2f} -> {b:,.2f} s")
     return ", ".join(parts)
 
 

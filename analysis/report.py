@@ -189,8 +189,9 @@ class Advice:
     # The change replayed on the observed workload (analysis/advice.py): True when it was,
     # False when nothing could be replayed (the number is unverified), None: not a setting.
     verified: bool | None = None
-    # Predicted figures now and with the change: preemptions, output tok/s, e2e p99 (s).
-    predicted: dict[str, dict[str, float | int | None]] | None = None
+    # Predicted figures now and with the change: preemptions, output tok/s, e2e p99 (s), and
+    # per_priority.<p>.{requests, e2e_p99, ttft_p99, preemptions} when the data has classes.
+    predicted: dict[str, dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

@@ -224,4 +224,4 @@ def test_a_preemption_warning_alone_says_the_kv_cache_binds(log: str) -> None:
     (dep,) = analyze(inputs, AnalysisParams()).deployments
     assert dep.verdict.state == "at_risk"
     assert dep.verdict.limit == "kv_cache"
-    assert "KV cache binds" in limit_line(dep.verdict)
+    assert "KV cache binds" in (limit_line(dep.verdict) or "")
