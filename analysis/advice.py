@@ -36,7 +36,12 @@ from preemptscope.analysis.sim.fidelity import (
     Fidelity,
     fidelity,
 )
-from preemptscope.analysis.sim.observed import Replay, candidate_config, check_changes
+from preemptscope.analysis.sim.observed import (
+    Replay,
+    candidate_config,
+    check_changes,
+    memory_assumption,
+)
 from preemptscope.analysis.sim.whatif import WhatIfOutcome, relabel
 from preemptscope.analysis.sim.workload import Workload
 from preemptscope.analysis.windows import LIMIT_BUDGET, LIMIT_KV, LIMIT_SEQS
@@ -84,6 +89,11 @@ class Knob:
     buys_gpus: bool
     why: str
 
+
+# Knobs whose change the replay sizes from the GPU's memory.
+MEMORY_KEYS = frozenset(
+    {"gpu_memory_utilization", "tensor_parallel_size", "pipeline_parallel_size"}
+)
 
 # vLLM's documented order first (its remedies for preemption), then the opposite directions.
 KNOBS = (
@@ -165,7 +175,8 @@ def advise(
             continue
         score, value, new = best
         shown = _advice(knob, value, new, now, built, capacity, verdict, check)
-        found.append(((knob.buys_gpus, *score), shown))
+        # Same-GPU changes before bought GPUs; within each, what the replay vouches for first.
+        found.append(((knob.buys_gpus, not shown.verified, *score), shown))
     found.sort(key=lambda t: t[0])
     chosen = [a for _, a in found]
     if not check.verified:
@@ -438,6 +449,13 @@ def _advice(
     shown = f"{value:.2f}" if isinstance(value, float) else str(value)
     if knob.key == "replicas":
         shown = f"x{value}"
+    # A replay of now that matches the data cannot vouch for a memory change sized on a
+    # preset's memory: such a change stays unverified, saying what was assumed.
+    assumed = memory_assumption(replay) if knob.key in MEMORY_KEYS else None
+    label = _label(check)
+    if assumed is not None:
+        rest = check.describe().split(": ", 1)[1]  # "the replay of now matches ..."
+        label = f"Unverified: {assumed}, not from the data; {rest}"
     why = knob.why
     if knob.action == "raise_gpu_memory_utilization":
         sized = _gpu_memory(capacity, (), target=float(value))
@@ -450,8 +468,8 @@ def _advice(
         _current(knob, capacity, replay.config, verdict),
         shown,
         f"{why} Replayed on the observed workload ({len(replay.workload or ())} requests): "
-        f"{effect(now, new)}. {_label(check)}.",
-        verified=check.verified,
+        f"{effect(now, new)}. {label}.",
+        verified=check.verified and assumed is None,
         predicted={"now": _figures(now), "with_change": _figures(new)},
     )
 

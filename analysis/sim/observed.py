@@ -376,10 +376,19 @@ def settings(
         )
     elif config.num_gpu_blocks_override is not None:
         assumptions.append(
-            f"GPU memory not shown: {config.gpu.memory_gib:g} GiB ({config.gpu.name}) assumed "
+            f"{GPU_MEMORY_ASSUMED}: {config.gpu.memory_gib:g} GiB ({config.gpu.name}) assumed "
             "for memory changes"
         )
     return config
+
+
+GPU_MEMORY_ASSUMED = "GPU memory not shown"
+
+
+def memory_assumption(replay: Replay) -> str | None:
+    """The replay's assumed GPU memory, when the data shows none: a memory change's size (a
+    higher gpu_memory_utilization, more GPUs) then rests on a preset, not on the data."""
+    return next((a for a in replay.assumptions if a.startswith(GPU_MEMORY_ASSUMED)), None)
 
 
 def build_replay(
