@@ -11,9 +11,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from preemptscope.errors import InputError
 from preemptscope.ingest._reader import open_binary
 from preemptscope.ingest.logs import _NOT_LOGS  # the suffixes a directory's log walk skips
+
+from preemptscope.errors import InputError
 
 HEAD_BYTES = 64 * 1024
 _MAGIC = (
