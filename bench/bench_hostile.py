@@ -40,7 +40,7 @@ import hostile  # type: ignore[import-not-found]  # noqa: E402
 from bench_parse import Run, checkout, measure  # type: ignore[import-not-found]  # noqa: E402
 
 # One real record first: a file with none is refused as "not a vLLM log" before anything
-# else is reported (preemptscope/sniff.py).
+# else is reported (ingest/sniff.py).
 REAL = (
     "INFO 01-15 13:59:50 [loggers.py:116] Engine 000: Avg prompt throughput: 10.0 tokens/s,"
     " Avg generation throughput: 90.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs,"

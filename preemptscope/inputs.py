@@ -15,16 +15,15 @@ from pathlib import Path
 
 import polars as pl
 
-from preemptscope import sniff
 from preemptscope.analysis.analyze import DeploymentInputs
 from preemptscope.analysis.report import SourceSummary
 from preemptscope.errors import ConfigError, InputError
 from preemptscope.fleet import Fleet, join_local
-from preemptscope.ingest import archive, bench, metrics
+from preemptscope.ingest import archive, bench, metrics, sniff
+from preemptscope.ingest.k8s import name_from_log_path
 from preemptscope.ingest.logs import ParseOptions, iter_log_paths
 from preemptscope.ingest.reduce import reduce_paths
 from preemptscope.ingest.schema import LogFrames
-from preemptscope.k8s import name_from_log_path
 
 SCRAPE_TIMEOUT_S = 10.0
 _NAME = re.compile(r"^[\w.@:-]+$")

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from preemptscope.errors import ConfigError
-from preemptscope.k8s import downward_api_name, name_from_log_path
+from preemptscope.ingest.k8s import downward_api_name, name_from_log_path
 
 ENV_PREFIX = "PREEMPTSCOPE_"
 # Not vLLM's 8000 (the service usually runs next to vLLM), not an allocated exporter port.

@@ -29,8 +29,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from preemptscope import sniff
 from preemptscope.errors import ConfigError, InputError
+from preemptscope.ingest import sniff
 from preemptscope.ingest._reader import display_name
 from preemptscope.ingest.logs import (
     ALL_KINDS,

@@ -7,11 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from preemptscope.ingest.k8s import downward_api_name, name_from_log_path
 
 from preemptscope import settings
 from preemptscope.cli import main
 from preemptscope.inputs import split_spec, stem
-from preemptscope.k8s import downward_api_name, name_from_log_path
 
 LOG = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "v0_6_preemption.log"
 UID = "3f2c1a9e-7b1d-4c55-9a0e-0d7c2b8e4f11"

@@ -2,6 +2,8 @@
 
 A fleet's logs all end in `0.log` and its sidecars all scrape `127.0.0.1:8000`; named after
 the file or host, every pod would be the same deployment. Names here are `namespace/pod`.
+Owns only the naming; it never reads a file or calls the Kubernetes API (paths and the
+environment in, a name or None out).
 """
 
 from __future__ import annotations

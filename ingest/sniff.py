@@ -1,7 +1,9 @@
 """What a file that held no vLLM line looks like, so a slip gets a useful error, not a report.
 
+Owns the one-line description of a non-log input (binary, bench JSON, config, `/metrics`).
 Called only after parsing found no vLLM line in an input (a log damaged by NUL bytes or written
-as JSON lines still parses), so a guess here never hides data. Pure apart from reading the head.
+as JSON lines still parses), so a guess here never hides data. It never makes a record and
+reads no more than a file's first HEAD_BYTES (and a directory's listing).
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from preemptscope.errors import InputError
 from preemptscope.ingest._reader import open_binary
 from preemptscope.ingest.logs import _NOT_LOGS  # the suffixes a directory's log walk skips
+
+from preemptscope.errors import InputError
 
 HEAD_BYTES = 64 * 1024
 _MAGIC = (
