@@ -175,9 +175,11 @@ def advise(
             continue
         score, value, new = best
         shown = _advice(knob, value, new, now, built, capacity, verdict, check)
-        # Same-GPU changes before bought GPUs; within each, predicted gains before changes
-        # that only save preemptions, and what the replay vouches for first.
-        found.append(((knob.buys_gpus, score[0], not shown.verified, *score[1:]), shown))
+        # Same-GPU changes before bought GPUs; within each, predicted gains (what the replay
+        # vouches for first) before changes that only save preemptions (in vLLM's order: the
+        # replay cannot tell those apart).
+        unvouched = not shown.verified and score[0] == 0
+        found.append(((knob.buys_gpus, score[0], unvouched, *score[1:]), shown))
     found.sort(key=lambda t: t[0])
     chosen = [a for _, a in found]
     if not check.verified:

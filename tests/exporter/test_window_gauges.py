@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboards.conftest import Watched, browser, watched  # noqa: F401 (fixtures)
+from tests.dashboards.conftest import Watched
 from tests.exporter.conftest import metric_value, running_service, wait_for
 from tests.exporter.test_restart import demo_server
 
@@ -56,7 +56,7 @@ def test_no_window_series_vanishes_or_swings_within_a_window(tmp_path: Path) -> 
 
 def test_the_live_page_shows_the_complete_window_beside_the_filling_one(
     tmp_path: Path,
-    watched: Watched,  # noqa: F811
+    watched: Watched,
 ) -> None:
     with demo_server() as fake:
         argv = (
