@@ -295,15 +295,6 @@ def _model_for(capacity: Capacity) -> kvmodel.ModelSpec | None:
     return None
 
 
-def _blocks_from_tokens(capacity: Capacity) -> int | None:
-    """V1 logs `GPU KV cache size: N tokens`, which is the blocks (null block included) x
-    block_size with one KV cache group; with the block size known, that is the block count."""
-    tokens, size = capacity.kv_cache_tokens, capacity.block_size
-    if tokens and size and tokens % size == 0:
-        return tokens // size
-    return None
-
-
 def settings(
     capacity: Capacity,
     base: SimConfig,
@@ -321,7 +312,7 @@ def settings(
         "pipeline_parallel_size": capacity.pipeline_parallel_size,
         "block_size": capacity.block_size,
         "max_model_len": capacity.max_model_len,
-        "num_gpu_blocks_override": capacity.num_gpu_blocks or _blocks_from_tokens(capacity),
+        "num_gpu_blocks_override": capacity.num_gpu_blocks,
         "scheduling_policy": capacity.scheduling_policy
         if capacity.scheduling_policy in ("fcfs", "priority")
         else None,
