@@ -30,12 +30,7 @@ from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Advice, Capacity, Verdict, Window
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import engine_key
-from preemptscope.analysis.sim.fidelity import (
-    TOL_PREEMPTIONS,
-    TOL_PREEMPTIONS_ABS,
-    Fidelity,
-    fidelity,
-)
+from preemptscope.analysis.sim.fidelity import Fidelity, fidelity, preemption_tolerance
 from preemptscope.analysis.sim.observed import (
     Replay,
     candidate_config,
@@ -224,8 +219,7 @@ def helps(now: WhatIfOutcome, new: WhatIfOutcome) -> bool:
     if tput > SAME and p99 <= SAME:
         return True
     saved = now.preemptions - new.preemptions
-    tol = max(TOL_PREEMPTIONS_ABS, TOL_PREEMPTIONS * now.preemptions)
-    return abs(p99) <= SAME and abs(tput) <= SAME and saved > tol
+    return abs(p99) <= SAME and abs(tput) <= SAME and saved > preemption_tolerance(now.preemptions)
 
 
 def _sig(value: float | None) -> float:
@@ -457,8 +451,7 @@ def _advice(
     assumed = memory_assumption(replay) if knob.key in MEMORY_KEYS else None
     label = _label(check)
     if assumed is not None:
-        rest = check.describe().split(": ", 1)[1]  # "the replay of now matches ..."
-        label = f"Unverified: {assumed}, not from the data; {rest}"
+        label = f"Unverified: {assumed}, not from the data; {check.finding()}"
     why = knob.why
     if knob.action == "raise_gpu_memory_utilization":
         sized = _gpu_memory(capacity, (), target=float(value))

@@ -77,19 +77,18 @@ class Fidelity:
     def misses(self) -> tuple[FigureCheck, ...]:
         return tuple(c for c in self.checks if not c.within)
 
+    def finding(self) -> str:
+        """What the check found, without the label: 'the replay of now matches ...' / 'is off
+        by ...' with the figures."""
+        if not any(c.name != "preemptions" for c in self.checks):
+            return "no observed throughput or e2e p99 to check the replay of now against"
+        if self.verified:
+            return "the replay of now matches " + "; ".join(c.describe() for c in self.checks)
+        return "the replay of now is off by " + "; ".join(c.describe() for c in self.misses)
+
     def describe(self) -> str:
         """'verified: ...' or 'unverified: the replay of now is off by ...', with the figures."""
-        if not any(c.name != "preemptions" for c in self.checks):
-            return (
-                "unverified: no observed throughput or e2e p99 to check the replay of now against"
-            )
-        if self.verified:
-            return "verified: the replay of now matches " + "; ".join(
-                c.describe() for c in self.checks
-            )
-        return "unverified: the replay of now is off by " + "; ".join(
-            c.describe() for c in self.misses
-        )
+        return f"{'verified' if self.verified else 'unverified'}: {self.finding()}"
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -100,6 +99,11 @@ class Fidelity:
             },
             "summary": self.describe(),
         }
+
+
+def preemption_tolerance(count: int) -> float:
+    """How far a replayed preemption count may be from `count` and still match it."""
+    return max(TOL_PREEMPTIONS_ABS, TOL_PREEMPTIONS * count)
 
 
 def _relative(replayed: float, observed: float, tol: float) -> bool:
@@ -130,7 +134,7 @@ def fidelity(observed: ObservedFigures, now: WhatIfOutcome) -> Fidelity:
             )
         )
     if observed.preemptions is not None:
-        tol = max(TOL_PREEMPTIONS_ABS, TOL_PREEMPTIONS * observed.preemptions)
+        tol = preemption_tolerance(observed.preemptions)
         checks.append(
             FigureCheck(
                 "preemptions",
