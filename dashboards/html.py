@@ -31,6 +31,7 @@ from preemptscope.dashboards.figures import (
     timeline_figure,
     verdict_card_html,
 )
+from preemptscope.dashboards.predicted import advice_classes_html, sweep_html
 
 from preemptscope.errors import InputError
 
@@ -128,6 +129,7 @@ def _deployment_section(
     dep: DeploymentReport,
     figures: dict[str, dict[str, Any]],
     whatif: Sequence[WhatIfInput] | None,
+    sweep: Mapping[str, Any] | None = None,
 ) -> str:
     ids = {kind: f"fig-{index}-{kind}" for kind in ("timeline", "tail", "capacity")}
     figures[ids["timeline"]] = plotly_json(timeline_figure(dep))
@@ -138,12 +140,14 @@ def _deployment_section(
     return f"""
 <section class="deployment" id="deployment-{index}">
 {verdict_card_html(dep)}
+{advice_classes_html(dep)}
 <p class="status">{esc(span)} · sources: {esc(", ".join(dep.sources) or "none")}</p>
 <div class="figure timeline" id="{ids["timeline"]}"></div>
 <div class="grid2">
 <div class="figure" id="{ids["tail"]}"></div>
 <div class="figure" id="{ids["capacity"]}"></div>
 </div>
+{sweep_html(sweep) if sweep else ""}
 </section>"""
 
 
@@ -224,19 +228,22 @@ def render_report_html(
     report: Report,
     *,
     whatif: Mapping[str, Sequence[WhatIfInput]] | None = None,
+    sweeps: Mapping[str, Mapping[str, Any]] | None = None,
     overview: str = "",
 ) -> str:
     """The whole report as one HTML document (plotly.js inlined once, no network access).
 
     `whatif`: per deployment name, simulated (max_num_seqs, preemptions, p99) points for the
-    capacity figure (see `figures.whatif_points`). `overview`: a ready HTML section shown
-    first (the fleet table of `report --prometheus`, preemptscope/fleet.py).
+    capacity figure (see `figures.whatif_points`); `sweeps`: per deployment name, the sweep's
+    label, calibration and per-class rows (`predicted.sweep_html`). `overview`: a ready HTML
+    section shown first (the fleet table of `report --prometheus`, preemptscope/fleet.py).
     """
     nonce = secrets.token_urlsafe(16)
     figures: dict[str, dict[str, Any]] = {}
     curves = whatif or {}
+    details = sweeps or {}
     sections = [
-        _deployment_section(i, d, figures, curves.get(d.name))
+        _deployment_section(i, d, figures, curves.get(d.name), details.get(d.name))
         for i, d in enumerate(report.deployments)
     ]
     toc = "".join(
@@ -292,11 +299,12 @@ def write_report_html(
     path: str | Path,
     *,
     whatif: Mapping[str, Sequence[WhatIfInput]] | None = None,
+    sweeps: Mapping[str, Mapping[str, Any]] | None = None,
     overview: str = "",
 ) -> None:
     """Write the report atomically (a reader never sees half a file)."""
     target = Path(path)
-    text = render_report_html(report, whatif=whatif, overview=overview)
+    text = render_report_html(report, whatif=whatif, sweeps=sweeps, overview=overview)
     tmp: Path | None = None
     try:
         # Created exclusively under an unpredictable name in the target's directory: a file

@@ -35,14 +35,18 @@ class ClosedLoop:
     replays: int  # simulations run (1: the open-loop cost was kept as it is)
     multipliers: tuple[float, float, float] = (1.0, 1.0, 1.0)  # all, per step, per prefill
 
-    def describe(self) -> str:
+    def method(self) -> str:
+        """How the step cost was chosen, without the residual."""
         if self.replays == 1:
-            return f"open-loop cost kept; {self.residual.describe()}"
+            return "open-loop cost kept"
         m = self.multipliers
         return (
             f"closed loop over {self.replays} replays of now (costs x{m[0]:.2f}, per step "
-            f"x{m[1]:.2f}, per prefill token x{m[2]:.2f}); {self.residual.describe()}"
+            f"x{m[1]:.2f}, per prefill token x{m[2]:.2f})"
         )
+
+    def describe(self) -> str:
+        return f"{self.method()}; {self.residual.describe()}"
 
 
 def _scaled(cost: FittedStepCost, x: tuple[float, float, float]) -> FittedStepCost:

@@ -12,7 +12,7 @@ import dataclasses
 import importlib
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,8 +28,9 @@ from preemptscope.analysis.analyze import (
 from preemptscope.analysis.kvmodel import gpu_preset, model_preset
 from preemptscope.analysis.render import render_report
 from preemptscope.analysis.report import DeploymentReport, Report, SourceSummary
+from preemptscope.analysis.sim.closedloop import ClosedLoop, closed_loop
 from preemptscope.analysis.sim.config import SimConfig
-from preemptscope.analysis.sim.observed import build_replay, replay_inputs
+from preemptscope.analysis.sim.observed import build_replay, hit_rate_note, replay_inputs
 from preemptscope.analysis.sim.whatif import WhatIfOutcome
 from preemptscope.errors import ConfigError, InputError, PreemptscopeError
 from preemptscope.fleet import (
@@ -259,11 +260,11 @@ def write_html(
     report: Report,
     path: str,
     *,
-    whatif: dict[str, list[WhatIfOutcome]] | None = None,
+    whatif: dict[str, Sweep] | None = None,
     overview: str | None = None,
 ) -> None:
-    """Write the HTML report; `whatif`: per deployment, a max_num_seqs sweep to draw;
-    `overview`: an HTML section for the top (the fleet table)."""
+    """Write the HTML report; `whatif`: per deployment, a max_num_seqs sweep to draw with its
+    calibration label and per-class figures; `overview`: an HTML section for the top."""
     try:
         # Imported here: the dashboards package is optional for the terminal and JSON report.
         html = importlib.import_module("preemptscope.dashboards.html")
@@ -272,8 +273,10 @@ def write_html(
         raise PreemptscopeError(
             f"--html needs preemptscope.dashboards.html, which is not available ({exc})"
         ) from None
-    curves = {name: figures.whatif_points(outcomes) for name, outcomes in (whatif or {}).items()}
-    html.write_report_html(report, path, whatif=curves, overview=overview or "")
+    sweeps = whatif or {}
+    curves = {name: figures.whatif_points(s.outcomes) for name, s in sweeps.items()}
+    details = {name: s.view() for name, s in sweeps.items()}
+    html.write_report_html(report, path, whatif=curves, sweeps=details, overview=overview or "")
 
 
 def parse_sweep(text: str) -> list[int]:
@@ -287,47 +290,80 @@ def parse_sweep(text: str) -> list[int]:
     return sorted(set(values))
 
 
-def whatif_sweeps(
-    inputs: Sequence[DeploymentInputs],
-    report: Report,
+@dataclass(frozen=True)
+class Sweep:
+    """One deployment's max_num_seqs sweep, replayed with the closed loop's step cost."""
+
+    outcomes: list[WhatIfOutcome]
+    loop: ClosedLoop  # the calibration: its replay of now and residual against the data
+    current: int | None  # the replay's current max_num_seqs
+
+    def view(self) -> dict[str, Any]:
+        """What the HTML shows beside the curve: the label (fidelity's words, as the advice
+        and `whatif` say it), the calibration, and per class each setting's figures."""
+        residual = self.loop.residual
+        label = residual.describe()
+        rows: list[tuple[str, dict[str, dict[str, float | int | None]]]] = []
+        seen = self.loop.replay.observed.per_priority
+        if seen:
+            rows.append(("observed", seen))
+        for o in self.outcomes:
+            if o.per_priority:
+                seqs = o.settings["max_num_seqs"]
+                tag = " (now)" if seqs == self.current else ""
+                rows.append((f"max_num_seqs {seqs}{tag}", o.per_priority))
+        return {
+            "label": label[0].upper() + label[1:],
+            "verified": residual.verified,
+            "calibration": self.loop.method(),
+            "classes": rows,
+        }
+
+
+def whatif_sweep(
+    item: DeploymentInputs,
+    dep: DeploymentReport,
     values: Sequence[int],
     *,
     model: str | None = None,
     gpu: str | None = None,
-) -> tuple[dict[str, list[WhatIfOutcome]], list[str]]:
-    """Per deployment with request data: the max_num_seqs sweep (plus the current value).
+) -> tuple[Sweep | None, list[str]]:
+    """The deployment's max_num_seqs sweep (plus the current value), or None with a note.
 
-    The replay is the one `whatif` builds (analysis/sim/observed.py): settings as the report
-    observed them, the step cost fitted from the data; the presets only fill what is missing.
-    Returns the sweeps and a note per deployment left out or assumption made.
+    Called while the deployment's inputs are whole (its /metrics too): the replay is the one
+    the advice explores (observed settings, an inferred cap as the current max_num_seqs),
+    calibrated by the same closed loop (closedloop.py), whose residual labels the curve as
+    fidelity.py labels every prediction. The presets only fill what the data does not show.
     """
-    by_name: dict[str, DeploymentReport] = {d.name: d for d in report.deployments}
     base = SimConfig()
     if model:
         base = dataclasses.replace(base, model=model_preset(model))
     if gpu:
         base = dataclasses.replace(base, gpu=gpu_preset(gpu))
-    sweeps: dict[str, list[WhatIfOutcome]] = {}
-    notes: list[str] = []
-    for item in inputs:
-        dep = by_name.get(item.name)
-        if dep is None:
-            continue
-        replay = build_replay(
-            dep.capacity,
-            replay_inputs(item),
-            preemptions=dep.preemptions.total,
-            base=base,
-            presets_given=bool(model or gpu),
-        )
-        if not replay.replayable:
-            notes.append(f"what-if: {item.name} has no request data to replay, so no curve")
-            continue
-        notes += [f"what-if: {item.name}: assumed {note}" for note in replay.assumptions]
-        current = dep.capacity.max_num_seqs
-        points = sorted({*values, *([current] if current is not None else [])})
-        sweeps[item.name] = [replay.run({"max_num_seqs": v}) for v in points]
-    return sweeps, notes
+    finding = dep.verdict.limit_detail
+    inferred = (
+        finding.max_num_seqs
+        if finding is not None and finding.max_num_seqs_source == "inferred"
+        else None
+    )
+    replay = build_replay(
+        dep.capacity,
+        replay_inputs(item),
+        preemptions=dep.preemptions.total,
+        base=base,
+        current={"max_num_seqs": inferred} if inferred else None,
+        presets_given=bool(model or gpu),
+    )
+    if not replay.replayable:
+        return None, [f"what-if: {item.name} has no request data to replay, so no curve"]
+    loop = closed_loop(replay)
+    notes = [f"what-if: {item.name}: assumed {note}" for note in loop.replay.assumptions]
+    if (sharing := hit_rate_note(loop.replay, loop.now)) is not None:
+        notes.append(f"what-if: {item.name}: {sharing}")
+    current = loop.replay.config.max_num_seqs
+    points = sorted({*values, current})
+    outcomes = [loop.replay.run({"max_num_seqs": v}) for v in points]
+    return Sweep(outcomes, loop, current), notes
 
 
 @dataclass
@@ -335,6 +371,8 @@ class Built:
     inputs: list[DeploymentInputs]
     report: Report
     fleet: dict[str, Any] | None = None  # the JSON `fleet` object with --prometheus
+    sweeps: dict[str, Sweep] = field(default_factory=dict)  # --whatif-sweep, per deployment
+    sweep_notes: list[str] = field(default_factory=list)
 
 
 def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Report]:
@@ -342,7 +380,9 @@ def build_report(args: argparse.Namespace) -> tuple[list[DeploymentInputs], Repo
     return built.inputs, built.report
 
 
-def build(args: argparse.Namespace) -> Built:
+def build(args: argparse.Namespace, sweep: Sequence[int] | None = None) -> Built:
+    """Read and analyze every deployment; with `sweep`, also replay each one's max_num_seqs
+    sweep while its inputs are whole."""
     skipped: list[SourceSummary] = []
 
     def skip(source: SourceSummary) -> None:
@@ -376,11 +416,20 @@ def build(args: argparse.Namespace) -> Built:
         raise ConfigError("--end ends the range read from --prometheus or a Parquet archive")
     inputs: list[DeploymentInputs] = []
     deployments: list[DeploymentReport] = []
+    sweeps: dict[str, Sweep] = {}
+    notes: list[str] = []
     with contextlib.ExitStack() as stack:
         servers = stack.enter_context(Fleet(fleet)) if fleet is not None else None
         items = iter_inputs(args.paths, args.metrics, args.bench, options=options, fleet=servers)
         for item in items:
             deployments.append(analyze_deployment(item, params))
+            if sweep:
+                found, said = whatif_sweep(
+                    item, deployments[-1], sweep, model=args.whatif_model, gpu=args.whatif_gpu
+                )
+                notes += said
+                if found is not None:
+                    sweeps[item.name] = found
             # Analyzed one at a time: dropped before the next is read, so a fleet's samples
             # never sit in memory together (logs and client results are kept: small).
             item.metrics = None
@@ -406,7 +455,7 @@ def build(args: argparse.Namespace) -> Built:
             "window_automatic": fleet.window_s is None,
             "assumptions": fleet_assumptions(fleet),
         }
-    return Built(inputs, report, summary)
+    return Built(inputs, report, summary, sweeps, notes)
 
 
 def _fleet_title(summary: dict[str, Any]) -> str:
@@ -425,24 +474,19 @@ def run(args: argparse.Namespace) -> int:
     if values and not args.html:
         raise ConfigError("--whatif-sweep draws in the HTML report: give --html FILE too")
     try:
-        built = build(args)
-        inputs, report = built.inputs, built.report
+        built = build(args, values)
+        report = built.report
     except ValueError as exc:  # e.g. an invalid --window combination
         raise ConfigError(str(exc)) from None
     except OSError as exc:
         raise InputError(getattr(exc, "filename", None) or "-", str(exc)) from None
     if args.html:
-        sweeps = None
-        if values:
-            sweeps, notes = whatif_sweeps(
-                inputs, report, values, model=args.whatif_model, gpu=args.whatif_gpu
-            )
-            for note in notes:
-                Console(stderr=True).print(note)
+        for note in built.sweep_notes:
+            Console(stderr=True).print(note)
         overview = None
         if built.fleet is not None:
             overview = fleet_html(built.fleet["servers"], _fleet_title(built.fleet))
-        write_html(report, args.html, whatif=sweeps, overview=overview)
+        write_html(report, args.html, whatif=built.sweeps, overview=overview)
     if args.json:
         out = report.to_dict()
         if built.fleet is not None:

@@ -273,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
             console.print(_classes(replay, now, candidate))
     if curve:
         console.print(_curve(curve))
+        if any(o.per_priority for o in curve):
+            console.print(_curve_classes(curve))
     console.print(
         "[dim]Predictions come from the scheduler simulator (docs/simulator.md); the replay of "
         "now beside the observed figures shows how far to trust them.[/dim]"
@@ -363,4 +365,24 @@ def _curve(curve: list[WhatIfOutcome]) -> Table:
         table.add_column(column, justify="right")
     for o in curve:
         table.add_row(*_row(str(o.settings["max_num_seqs"]), o))
+    return table
+
+
+def _curve_classes(curve: list[WhatIfOutcome]) -> Table:
+    """The sweep per priority class: each max_num_seqs's requests, p99s and preemptions."""
+    table = Table(title="max_num_seqs sweep per priority class")
+    for column in ("seqs", "priority", "requests", "e2e p99", "ttft p99", "preempt"):
+        table.add_column(column, justify="right")
+    for o in curve:
+        for i, cls in enumerate(sorted(o.per_priority, key=int)):
+            c = o.per_priority[cls]
+            e2e, ttft = c.get("e2e_p99"), c.get("ttft_p99")
+            table.add_row(
+                str(o.settings["max_num_seqs"]) if i == 0 else "",
+                cls,
+                f"{c.get('requests', '-')}",
+                fmt_seconds(None if e2e is None else float(e2e)),
+                fmt_seconds(None if ttft is None else float(ttft)),
+                f"{c.get('preemptions', '-')}",
+            )
     return table
