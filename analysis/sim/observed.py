@@ -22,6 +22,7 @@ from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.calibrate import fit_step_cost
 from preemptscope.analysis.sim.config import SimConfig, reserves_full_isl
 from preemptscope.analysis.sim.engine import simulate
+from preemptscope.analysis.sim.prefixes import MAX_HASHED_BLOCKS, hashed_prefixes, prompt_lengths
 from preemptscope.analysis.sim.whatif import (
     WhatIfOutcome,
     observed_load,
@@ -65,6 +66,9 @@ class Replay:
     assumptions: list[str] = field(default_factory=list)
     workload_basis: str = ""
     priorities_known: bool = False  # the data gave each request's priority
+    # Where the replayed shared prefixes come from: "hashes" (the log's prompt block hashes),
+    # "hit rate" (inferred from the counters) or "" (none replayed).
+    prefix_basis: str = ""
 
     @property
     def replayable(self) -> bool:
@@ -151,6 +155,9 @@ class ReplayFrames:
     metrics: pl.DataFrame | None = None
     stats: pl.DataFrame | None = None
     arrivals: pl.Series | None = None  # when each logged request started
+    # When each logged request started and its prompt's block hashes (prefixes.py), sorted by
+    # time; None where no log line shows prompt token ids.
+    prompt_hashes: pl.DataFrame | None = None
 
 
 def replay_inputs(item: Any, *, latencies: pl.DataFrame | None = None) -> ReplayFrames:
@@ -176,7 +183,37 @@ def replay_inputs(item: Any, *, latencies: pl.DataFrame | None = None) -> Replay
         metrics,
         frames("scheduler_stats"),
         arrivals if arrivals is not None and arrivals.len() else None,
+        log_prompt_hashes(item.logs) if item.logs else None,
     )
+
+
+PROMPT_HASHES = "prompt_block_hashes"  # ingest's per-request column (ARRIVALS, JOINED)
+
+
+def log_prompt_hashes(logs: Sequence[Any]) -> pl.DataFrame | None:
+    """(timestamp, prompt_block_hashes) of every logged request, sorted by time, from the
+    request-path frames (a reduced log's ARRIVALS and JOINED; the others' request rows joined
+    as log_arrivals joins them); None when no request has hashes."""
+    from preemptscope.ingest.lifecycle import RequestJoin
+
+    pairs: list[tuple[pl.DataFrame | None, str]] = []
+    for lf in logs:
+        pairs += [(lf.arrivals, "timestamp"), (lf.joined, "start")]
+    rows = [lf["requests"] for lf in logs if not lf.reduced and lf["requests"].height]
+    if rows and any(PROMPT_HASHES in r.columns for r in rows):
+        join = RequestJoin()
+        ordered = pl.concat(rows, how="diagonal_relaxed").sort("timestamp", "line")
+        for arrived, joined in (join.add(ordered), join.close()):
+            pairs += [(arrived, "timestamp"), (joined, "start")]
+    parts = [
+        frame.select(pl.col(column).alias("timestamp"), pl.col(PROMPT_HASHES))
+        for frame, column in pairs
+        if frame is not None and PROMPT_HASHES in frame.columns and frame.height
+    ]
+    if not parts:
+        return None
+    found = pl.concat(parts, how="vertical_relaxed").sort("timestamp", maintain_order=True)
+    return found if found[PROMPT_HASHES].null_count() < found.height else None
 
 
 def candidate_config(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig:
@@ -442,6 +479,10 @@ def build_replay(
                 _note_whole_run(preemptions, len(workload), assumptions)
                 preemptions = None
             basis = load.basis + "; lengths lognormal around the means"
+            hashed = _hashes_for(frames.prompt_hashes, stats, len(workload), assumptions)
+            if hashed is not None:
+                workload = _with_hashed_prefixes(workload, config, hashed, assumptions)
+                basis = load.basis + "; prompt lengths from the prompt block hashes where shown"
             figures = ObservedFigures(
                 requests=len(workload),
                 preemptions=preemptions,
@@ -451,15 +492,87 @@ def build_replay(
     else:
         assumptions.append("no workload to replay: no request data or stats lines")
     figures = dataclasses.replace(figures, prefix_cache_hit_rate=hit_rate)
-    if workload is not None and len(workload):
+    prefix_basis = ""
+    if workload is not None and workload.prefix_group is not None:
+        prefix_basis = "hashes"  # the log's prompt block hashes said which prompts share what
+    elif workload is not None and len(workload):
+        if frames.prompt_hashes is not None and latencies is not None:
+            assumptions.append(
+                "the log's prompt block hashes are not matched to the client rows (the log's "
+                "request rows keep no ids to join on): shared prefixes from the hit rate"
+            )
         workload = _with_shared_prefix(workload, config, hit_rate, assumptions)
+        prefix_basis = "hit rate" if workload.shares_prefixes else ""
     known = has_priorities(latencies) and workload is not None
     if config.scheduling_policy == "priority" and not known:
         assumptions.append(
             "the server schedules by priority but the data gives no request priorities: "
             "every request replayed at priority 0"
         )
-    return Replay(workload, config, figures, assumptions, basis, priorities_known=known)
+    return Replay(
+        workload,
+        config,
+        figures,
+        assumptions,
+        basis,
+        priorities_known=known,
+        prefix_basis=prefix_basis,
+    )
+
+
+def _hashes_for(
+    frame: pl.DataFrame | None, stats: pl.DataFrame, count: int, assumptions: list[str]
+) -> list[list[int] | None] | None:
+    """The prompt block hashes of the replayed requests: the last `count` logged in the stats'
+    span, as observed_load takes their arrivals (None: no hashes, or they do not line up)."""
+    if frame is None:
+        return None
+    times = stats.filter(pl.col("timestamp").is_not_null())["timestamp"]
+    first, last = times.min(), times.max()
+    inside = frame.filter(pl.col("timestamp").is_between(first, last))
+    if inside.height < count:
+        assumptions.append(
+            f"the log's prompt block hashes cover {inside.height:,} of the {count:,} requests "
+            "replayed: shared prefixes from the hit rate"
+        )
+        return None
+    hashes: list[list[int] | None] = inside[PROMPT_HASHES].tail(count).to_list()
+    return hashes if any(h is not None for h in hashes) else None
+
+
+def _with_hashed_prefixes(
+    workload: Workload,
+    config: SimConfig,
+    hashes: list[list[int] | None],
+    assumptions: list[str],
+) -> Workload:
+    """The workload with the prompt lengths and shared prefixes the block hashes show."""
+    counts = np.array([-1 if h is None else len(h) for h in hashes], dtype=np.int64)
+    lengths = prompt_lengths(np.minimum(counts, MAX_HASHED_BLOCKS), workload.prompt_len)
+    workload = dataclasses.replace(workload, prompt_len=lengths)
+    plan = hashed_prefixes(hashes, config.block_size, lengths)
+    queries = float(lengths.sum())
+    head = (
+        f"prompt block hashes for {plan.hashed:,} of {len(workload):,} replayed requests "
+        "(their prompt lengths to 16 tokens)"
+    )
+    if not config.enable_prefix_caching:
+        assumptions.append(f"{head}; prefix caching is off in the server's args: no sharing")
+        return dataclasses.replace(
+            workload,
+            prefix_group=np.full(len(workload), -1, dtype=np.int64),
+            prefix_tokens=np.zeros(len(workload), dtype=np.int64),
+        )
+    longest = int(plan.tokens.max()) if len(plan.tokens) else 0
+    assumptions.append(
+        f"{head}: {plan.groups:,} shared prefix{'es' if plan.groups != 1 else ''} of up to "
+        f"{longest:,} tokens "
+        f"({plan.grouped:,} requests) at block size {config.block_size}, "
+        f"{plan.saved_tokens / queries:.0%} of prompt tokens if every later member hits "
+        f"(the whole prefix tree: {plan.tree_tokens / queries:.0%}; the replay shares one "
+        "prefix per request)"
+    )
+    return dataclasses.replace(workload, prefix_group=plan.group, prefix_tokens=plan.tokens)
 
 
 def _with_shared_prefix(
@@ -511,11 +624,24 @@ HIT_RATE_TOLERANCE = 0.05  # absolute: a replayed hit rate further off is stated
 def hit_rate_note(replay: Replay, now: WhatIfOutcome) -> str | None:
     """The replay's prefix-cache hit rate beside the observed one, when they differ."""
     seen, replayed = replay.observed.prefix_cache_hit_rate, now.prefix_cache_hit_rate
+    hashed = replay.prefix_basis == "hashes"
     if seen is None:
+        if hashed and replayed is not None:
+            return (
+                f"the replay's prefix-cache hit rate is {replayed:.0%} (prefixes from the "
+                "prompt block hashes); the data shows no hit rate to compare it with"
+            )
         return None
     if replayed is None:
         replayed = 0.0
-    if abs(replayed - seen) <= HIT_RATE_TOLERANCE:
+    close = abs(replayed - seen) <= HIT_RATE_TOLERANCE
+    if hashed:  # the prefixes are the data's own: their hit rate is stated either way
+        miss = "" if close else "; the replay does not reproduce the sharing"
+        return (
+            f"the replay's prefix-cache hit rate is {replayed:.0%}, the deployment's {seen:.0%} "
+            f"(prefixes from the prompt block hashes{miss})"
+        )
+    if close:
         return None
     return (
         f"the replay's prefix-cache hit rate is {replayed:.0%}, the deployment's {seen:.0%}: "
