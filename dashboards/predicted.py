@@ -100,6 +100,8 @@ def sweep_html(view: Mapping[str, Any]) -> str:
         f'<p class="note">Step cost: {esc(view.get("calibration", ""))}. The label is the '
         "one every prediction of this replay carries, the advice's included.</p>",
     ]
+    if view.get("sharing"):  # the replay's prefix-cache hit rate beside the observed one
+        parts.append(f'<p class="note whatif-sharing">{esc(view["sharing"])}.</p>')
     table = classes_table(view.get("classes") or [], kind="sweep")
     if table:
         parts.append(f'<p class="note">Per priority class:</p>{table}')

@@ -312,10 +312,12 @@ class Sweep:
                 seqs = o.settings["max_num_seqs"]
                 tag = " (now)" if seqs == self.current else ""
                 rows.append((f"max_num_seqs {seqs}{tag}", o.per_priority))
+        sharing = hit_rate_note(self.loop.replay, self.loop.now)
         return {
             "label": label[0].upper() + label[1:],
             "verified": residual.verified,
             "calibration": self.loop.method(),
+            "sharing": sharing[0].upper() + sharing[1:] if sharing else None,
             "classes": rows,
         }
 

@@ -51,6 +51,7 @@ def _sweep(label: str = "Verified: the replay of now matches 330 tok/s vs 342 ob
         "verified": label.startswith("Verified"),
         "calibration": "closed loop over 5 replays of now (costs x0.77, per step x1.00, "
         "per prefill token x1.00)",
+        "sharing": "The replay's prefix-cache hit rate is 81%, the deployment's 85% <b>",
         "classes": [("observed", OBSERVED),
                     ("max_num_seqs 32 (now)", NOW), ("max_num_seqs 64", NEW)],
     }  # fmt: skip
@@ -108,6 +109,8 @@ def test_per_class_tables_render_in_chromium(tmp_path: Path, watched: Watched) -
     assert sweep.locator("tbody tr").count() == 5
     label = page.locator("section.whatif-sweep .whatif-label").text_content()
     assert label == "Verified: the replay of now matches 330 tok/s vs 342 observed."
+    sharing = page.locator("section.whatif-sweep .whatif-sharing").text_content()
+    assert sharing == "The replay's prefix-cache hit rate is 81%, the deployment's 85% <b>."
     # Within the panel: the tables scroll inside it rather than push the page wider.
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     assert page.evaluate("window.__xss") is None
