@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 from preemptscope.analysis.sim.engine import SimResult
-from preemptscope.analysis.sim.workload import FloatArray
+from preemptscope.analysis.sim.workload import FloatArray, Workload
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -329,8 +329,13 @@ def render_log(
     model_name: str | None = None,
     container_timestamps: bool = True,
     request_lines: bool = True,
+    prompt_ids: bool = False,
 ) -> list[str]:
-    """The vLLM server log of the simulated run, one string per physical line."""
+    """The vLLM server log of the simulated run, one string per physical line.
+
+    `prompt_ids`: print each prompt's token ids (`prompt_token_ids: [...]`, as a server whose
+    request logger shows them; from 0.11.1 on the DEBUG `Request %s details:` line), made up
+    so that requests of a shared-prefix group start with the same ids (`prompt_token_ids`)."""
     profile = _check_era(era)
     if start.tzinfo is None:
         raise ConfigError("start must be timezone-aware")
@@ -387,13 +392,15 @@ def render_log(
                 "min_tokens=0, logprobs=None, skip_special_tokens=True)"
             )
             prompt = f"'<synthetic prompt: {int(result.prompt_len[i])} tokens>'"
+            token_ids = str(prompt_token_ids(result.workload, i)) if prompt_ids else "None"
             if era == "v0":
                 log.add(
                     t_arr,
                     "INFO",
                     "logger.py:36",
                     f"Received request {rid}: prompt: {prompt}, params: {params}, "
-                    "prompt_token_ids: None, lora_request: None, prompt_adapter_request: None.",
+                    f"prompt_token_ids: {token_ids}, lora_request: None, "
+                    "prompt_adapter_request: None.",
                 )
                 log.add(t_arr, "INFO", "async_llm_engine.py:201", f"Added request {rid}.")
             else:
@@ -402,9 +409,19 @@ def render_log(
                     f"Received request {rid}: params: {params}, lora_request: None."
                     if era == "v1-preemptions"
                     else f"Received request {rid}: prompt: {prompt}, params: {params}, "
-                    "prompt_token_ids: None, prompt_embeds shape: None, lora_request: None."
+                    f"prompt_token_ids: {token_ids}, prompt_embeds shape: None, "
+                    "lora_request: None."
                 )
                 log.add(t_arr, "INFO", "logger.py:40", received, proc=api)
+                if era == "v1-preemptions" and prompt_ids:
+                    log.add(
+                        t_arr,
+                        "DEBUG",
+                        "logger.py:49",
+                        f"Request {rid} details: prompt: {prompt}, prompt_token_ids: "
+                        f"{token_ids}, prompt_embeds shape: None.",
+                        proc=api,
+                    )
                 log.add(t_arr, "INFO", "async_llm.py:316", f"Added request {rid}.", proc=api)
             t_fin = result.finish[i]
             if math.isnan(t_fin):
@@ -430,6 +447,19 @@ def render_log(
 
 
 # --- /metrics snapshots ---------------------------------------------------------------------
+
+
+def prompt_token_ids(workload: Workload, i: int) -> list[int]:
+    """Made-up token ids of request i's prompt: a shared-prefix group's members start with the
+    same `prefix_tokens` ids (drawn from the group's number), the rest from the request's."""
+    n = int(workload.prompt_len[i])
+    head: list[int] = []
+    if workload.prefix_group is not None and workload.prefix_tokens is not None:
+        g, k = int(workload.prefix_group[i]), int(workload.prefix_tokens[i])
+        if g >= 0:
+            head = np.random.default_rng([7, g]).integers(3, 32000, k).tolist()
+    tail: list[int] = np.random.default_rng([11, i]).integers(3, 32000, n - len(head)).tolist()
+    return head + tail
 
 
 def _cumulative_histograms(
