@@ -38,6 +38,7 @@ from preemptscope.ingest._glue import (
     ray_repeat,
     split_glued,
 )
+from preemptscope.ingest.prompts import DETAILS_LITERAL, PROMPT_LITERAL
 
 PLAIN_RES = [regex.compile(pattern, FLAGS) for _name, pattern in cat.PLAIN_LINES]
 FRAME_RE = regex.compile(cat.TRACEBACK_FRAME, FLAGS)
@@ -56,6 +57,8 @@ class Parsed:
     unrecognized: list[tuple[int, str, str]] = field(default_factory=list)  # line, text, reason
     parsed_lines: int = 0
     blank_lines: int = 0
+    # (line, message) of the request lines that may show prompt ids (ingest/prompts.py).
+    prompts: list[tuple[int, str]] = field(default_factory=list)
 
     def add(self, kind: str, row: dict[str, Any]) -> None:
         self.rows.setdefault(kind, []).append(row)
@@ -79,6 +82,11 @@ def _emit(
     out: Parsed, line: int, env: Env, message: str, found: tuple[str, dict[str, Any]] | None
 ) -> None:
     base = {"line": line, **_base(env)}
+    if PROMPT_LITERAL in message and (
+        (found is None and DETAILS_LITERAL in message)
+        or (found is not None and found[1].get("event") == "received")
+    ):
+        out.prompts.append((line, message.rstrip("\r\n")))
     if found is None:
         out.add(
             "other",

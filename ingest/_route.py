@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import polars as pl
@@ -27,6 +27,7 @@ from preemptscope.ingest._extract import (
     _requests_frame,
     _stats_frames,
 )
+from preemptscope.ingest.prompts import DETAILS_LITERAL, PROMPT_LITERAL, prompt_rows
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting
 
 # Request rows whose message starts right after the `[file:line] ` of a vLLM header: a
@@ -98,6 +99,8 @@ class _Batch:
     frames: dict[str, list[pl.DataFrame]]
     accounting: LineAccounting
     summarized: dict[str, int]  # rows recognised but not extracted (summary mode)
+    # PROMPTS rows (ingest/prompts.py) of the request lines showing ids, when requests are kept.
+    prompts: list[pl.DataFrame] = field(default_factory=list)
 
 
 def _unwrap_json_file(raw: pl.Series) -> pl.Series:
@@ -766,6 +769,8 @@ def _assemble(
         else:
             summarized[kind] = summarized.get(kind, 0) + counts[name]
 
+    messages = _prompt_messages(routed) if "requests" in keep else []
+
     odd_parts = [part for part in odd_parts if part.height]
     parsed = 0
     if odd_parts:
@@ -795,6 +800,8 @@ def _assemble(
                 )
             )
         accounting.unrecognized_lines += len(result.unrecognized)
+        if result.prompts and "requests" in keep:
+            messages.append(pl.DataFrame(result.prompts, schema=_MESSAGES, orient="row"))
     if rejected.height:
         frames["unrecognized"].append(rejected)
         accounting.unrecognized_lines += rejected.height
@@ -813,7 +820,41 @@ def _assemble(
         accounting.unrecognized_lines += noise.height
     fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut"))
     accounting.parsed_lines = fast_parsed + parsed
-    return _Batch(frames, accounting, summarized)
+    prompts = [prompt_rows(pl.concat(messages))] if messages else []
+    return _Batch(frames, accounting, summarized, prompts)
+
+
+_MESSAGES = pl.Schema({"line": pl.Int64(), "message": pl.String()})
+
+
+def _prompt_messages(routed: dict[str, list[pl.DataFrame]]) -> list[pl.DataFrame]:
+    """(line, message) of the claimed lines that may show prompt ids: `Received request`
+    lines and `Request %s details:` lines (`other`), found by their literals."""
+    out = []
+    # A claimed line has one vLLM header, its message right after it, and no request literal
+    # in front of it (the router sends those per line): its first `] Received request ` or
+    # `] Request ` is where its message starts.
+    for name, literal, lead in (
+        ("requests", PROMPT_LITERAL, "] Received request "),
+        ("other", DETAILS_LITERAL, "] Request "),
+    ):
+        if name not in routed:
+            continue
+        part = pl.concat(routed[name], how="diagonal").select("line", "raw")
+        text = part["raw"]
+        part = part.filter(text.str.contains(literal, literal=True))
+        if name == "other" and part.height:
+            part = part.filter(part["raw"].str.contains(PROMPT_LITERAL, literal=True))
+        if part.height:
+            raw = pl.col("raw")
+            at = raw.str.find(lead, literal=True).cast(pl.Int64) + 2
+            message = raw.cast(pl.Binary).bin.slice(at).cast(pl.String)
+            out.append(
+                part.filter(at.is_not_null()).select(
+                    "line", message.str.strip_chars_end("\r\n").alias("message")
+                )
+            )
+    return out
 
 
 def _plain_frame(sub: pl.DataFrame) -> pl.DataFrame:

@@ -40,7 +40,8 @@ from datetime import datetime, timedelta
 
 import polars as pl
 from preemptscope.ingest import schema
-from preemptscope.ingest.schema import REQUEST_LATENCIES, TIMESTAMP, LogFrames
+from preemptscope.ingest.prompts import PROMPTS
+from preemptscope.ingest.schema import PROMPT_COLUMNS, REQUEST_LATENCIES, TIMESTAMP, LogFrames
 
 __all__ = [
     "ARRIVALS",
@@ -68,6 +69,7 @@ MAX_OPEN = 100_000
 ARRIVALS = pl.Schema({"source": pl.String(), **schema.ARRIVALS})
 JOINED = pl.Schema({"source": pl.String(), **schema.JOINED})
 _EVENT_COLUMNS = ["source", "line", "pid", "deployment", "timestamp", "event", "request_id"]
+_PROMPT = list(PROMPT_COLUMNS)
 _RECENT = pl.Schema({"request_id": pl.String(), "timestamp": TIMESTAMP, "_h": pl.UInt64()})
 
 
@@ -218,6 +220,7 @@ def _sessions(events: pl.DataFrame, key: str = "key") -> pl.DataFrame:
         delta=pl.col("timestamp").filter(pl.col("event") == "delta").max(),
         stopped=first_time(["aborted", "failed"]),
         last=pl.col("timestamp").max(),
+        **_prompt_of(events),
     )
     later = pl.col("session").max().over(["deployment", key]) > pl.col("session")
     return sessions.with_columns(later=later)
@@ -284,6 +287,7 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             last=ts.max(),
             _last_start=pl.col("_sr").max(),
             _first_other=pl.col("_or").min(),
+            **_prompt_of(events),
         )
         .with_columns(constants)
         .with_columns(
@@ -294,11 +298,29 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         .collect(engine="in-memory")
     )
+    groups = _with_prompt_nulls(groups)
     mixed = groups["_tangled"]
     simple = groups.filter(~mixed).drop(
         "_tangled", "_last_start", "_first_other", "_first_start", strict=False
     )
     return simple, groups.filter(mixed)[_REQUEST]
+
+
+def _prompt_of(events: pl.DataFrame) -> dict[str, pl.Expr]:
+    """A request's prompt columns: those of its first line that shows them (only rows the
+    join put them on have them: `RequestJoin._with_prompts`). A batch without any is given
+    nulls after the grouping (an aggregation per group costs, whatever it finds)."""
+    if (
+        "prompt_tokens" not in events.columns
+        or events["prompt_tokens"].null_count() == events.height
+    ):
+        return {}
+    return {name: pl.col(name).drop_nulls().first() for name in _PROMPT}
+
+
+def _with_prompt_nulls(frame: pl.DataFrame) -> pl.DataFrame:
+    missing = [name for name in _PROMPT if name not in frame.columns]
+    return frame.with_columns(pl.lit(None, PROMPT_COLUMNS[name]).alias(name) for name in missing)
 
 
 def _identified(events: pl.DataFrame) -> pl.DataFrame:
@@ -361,9 +383,9 @@ def _joined(sessions: pl.DataFrame) -> pl.DataFrame:
 def _split(sessions: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Settled sessions as (ARRIVALS, JOINED) rows: each request with a start is in one of
     them, JOINED when both ends are known (its start is its arrival), else ARRIVALS."""
-    ends = _ends(sessions.lazy())
+    ends = _ends(_with_prompt_nulls(sessions).lazy())
     arrivals = ends.filter(pl.col("start").is_not_null() & ~pl.col("_joinable")).select(
-        "source", "line", "pid", pl.col("start").alias("timestamp")
+        "source", "line", "pid", pl.col("start").alias("timestamp"), *_PROMPT
     )
     joined = ends.filter(pl.col("_joinable")).select(list(JOINED))
     out = pl.collect_all([arrivals.cast(ARRIVALS), joined.cast(JOINED)], engine="in-memory")
@@ -460,7 +482,10 @@ class RequestJoin:
     def __init__(self, *, horizon: timedelta = HORIZON, max_open: int = MAX_OPEN) -> None:
         self._horizon = horizon
         self._max_open = max_open
-        self._open = pl.DataFrame(schema={**_event_schema(), "key": pl.String()})
+        self._open = pl.DataFrame(schema={**_event_schema(), **PROMPT_COLUMNS, "key": pl.String()})
+        # Details lines (`Request %s details:`) of the last batch whose request was not found
+        # yet: its `Received` line may open the next batch.
+        self._details = pl.DataFrame(schema=PROMPTS)
         # Ids seen lately (the last HORIZON, at most MAX_OPEN): a suffixed spelling of an id
         # folds onto it even when its request settled in an earlier batch.
         self._recent = pl.DataFrame(schema=_RECENT)
@@ -487,10 +512,14 @@ class RequestJoin:
             return _empty_out()
         return _split(self._still)
 
-    def add(self, requests: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    def add(
+        self, requests: pl.DataFrame, prompts: pl.DataFrame | None = None
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """`prompts`: PROMPTS rows (ingest/prompts.py) of the same lines, if any."""
         fresh = _events(requests)
         if fresh.is_empty():
             return _empty_out()
+        fresh = _by_line(fresh, prompts)
         newest = fresh["timestamp"].max()
         self._received = self._received or bool((fresh["event"] == "received").any())
         # The batch's ids and the open requests' keys by hash when no two of them share one
@@ -503,8 +532,10 @@ class RequestJoin:
         exact = pl.concat([hashes, open_ids]).n_unique() == names.n_unique()
         keyed = _fold_ids(fresh, self._received, earlier, hashes if exact else None)
         if "_id" in keyed.columns:
-            return self._settle(pl.concat([self._open.hstack([open_ids]), keyed]), newest)
-        return self._settle(pl.concat([self._open, keyed]), newest)
+            events = pl.concat([self._open.hstack([open_ids]), keyed])
+        else:
+            events = pl.concat([self._open, keyed])
+        return self._settle(self._with_details(events, prompts), newest)
 
     def close(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Settle every open request (the end of the input)."""
@@ -512,6 +543,45 @@ class RequestJoin:
             return _empty_out()
         events, self._open = self._open, self._open.clear()
         return self._settle(events, None)
+
+    def _with_details(self, events: pl.DataFrame, prompts: pl.DataFrame | None) -> pl.DataFrame:
+        """Events with the prompt of each `Request %s details:` line (of this batch, or left
+        from the last one) on the `Received` line of its request that has none yet: the
+        nearest such line of the id before the details line, else the first after it. The
+        details lines of this batch no request takes wait one batch (their `Received` may
+        open the next); older ones are dropped."""
+        fresh = None if prompts is None else prompts.filter(pl.col("request_id").is_not_null())
+        details = self._details if fresh is None else pl.concat([self._details, fresh])
+        self._details = details.clear()
+        if details.height == 0:
+            return events
+        wanting = (events["event"] == "received") & events["prompt_tokens"].is_null()
+        wanting = wanting & events["request_id"].is_in(details["request_id"].implode())
+        candidates = events.select("line", "request_id").with_row_index("_row").filter(wanting)
+        matched = (
+            candidates.join(details.rename({"line": "_dline"}), on="request_id", how="inner")
+            .with_columns(
+                _after=pl.col("line") > pl.col("_dline"),
+                _gap=(pl.col("line") - pl.col("_dline")).abs(),
+            )
+            # A details line takes one Received line (the nearest before it, else the first
+            # after), and a Received line one details line.
+            .sort("_after", "_gap", "_dline")
+            .unique("_dline", keep="first", maintain_order=True)
+            .unique("_row", keep="first", maintain_order=True)
+        )
+        if fresh is not None and fresh.height:
+            self._details = fresh.filter(~fresh["line"].is_in(matched["_dline"].implode()))
+        if matched.height == 0:
+            return events
+        # (A list column has no scatter: the matched rows are joined back by their index.)
+        found = matched.select("_row", *(pl.col(name).alias(f"_{name}") for name in _PROMPT))
+        return (
+            events.with_row_index("_row")
+            .join(found, on="_row", how="left", maintain_order="left")
+            .with_columns(pl.coalesce(name, f"_{name}").alias(name) for name in _PROMPT)
+            .drop("_row", *(f"_{name}" for name in _PROMPT))
+        )
 
     def _remember(self, fresh: pl.DataFrame, hashes: pl.Series, newest: object) -> pl.DataFrame:
         """Add the batch's reference ids (`hashes`: of its ids) to the recent ones; the recent
@@ -560,7 +630,7 @@ class RequestJoin:
         # ARRIVALS (keeping one row a request, not two).
         arrivals, joined = _split(sessions.filter(done))
         self._still = still
-        keep = [*_EVENT_COLUMNS, "key"]
+        keep = [*_EVENT_COLUMNS, *_PROMPT, "key"]
         # The open requests' events stay: those of the one-request ids by id (their sessions
         # and the others' are apart), those of the others by session.
         open_simple = still.filter(still["_simple"].fill_null(False))[_REQUEST]
@@ -569,6 +639,21 @@ class RequestJoin:
             parts.append(_semi(numbered, still[_SESSION], _SESSION)[keep])
         self._open = pl.concat(parts)
         return arrivals, joined
+
+
+def _by_line(events: pl.DataFrame, prompts: pl.DataFrame | None) -> pl.DataFrame:
+    """Events with the prompt columns of their own line (a `Received request` line showing
+    ids: PROMPTS rows without a request id), null on the others."""
+    own = None if prompts is None else prompts.filter(pl.col("request_id").is_null())
+    if own is None or own.height == 0:
+        return _with_prompt_nulls(events)
+    own = own.unique("line", keep="first").drop("request_id")
+    joined = events.join(own, on="line", how="left", maintain_order="left")
+    received = joined["event"] == "received"
+    return joined.with_columns(
+        pl.when(received).then(pl.col(name)).otherwise(pl.lit(None, PROMPT_COLUMNS[name]))
+        for name in _PROMPT
+    )
 
 
 def _semi(frame: pl.DataFrame, keys: pl.DataFrame, on: list[str]) -> pl.DataFrame:

@@ -124,6 +124,11 @@ def _finish(
     result = LogFrames(source=source, deployment=deployment, timezone=options.tz)
     result.accounting = batch.accounting
     result.summarized = dict(batch.summarized)
+    if batch.prompts:
+        prompts = pl.concat(batch.prompts)
+        result.prompts = (
+            prompts.with_columns(pl.col("line") + line_offset) if line_offset else prompts
+        )
     # Kinds without rows keep the empty frames LogFrames starts with: dating and stamping
     # them would only cost (a dozen Polars queries per kind, whatever the batch size).
     kinds: dict[str, pl.DataFrame] = {}

@@ -42,8 +42,11 @@ class LogReducer:
     def add(self, part: LogFrames) -> tuple[LogFrames, pl.DataFrame, pl.DataFrame]:
         """The reduced batch, and the join's ARRIVALS and JOINED rows (with `source`) so far."""
         requests = part["requests"]
-        arrivals, joined = self.join.add(requests)
-        out = dataclasses.replace(part, frames=dict(part.frames), summarized=dict(part.summarized))
+        arrivals, joined = self.join.add(requests, part.prompts)
+        # The prompts are on the join's rows now (kept, they would grow with the file).
+        out = dataclasses.replace(
+            part, frames=dict(part.frames), summarized=dict(part.summarized), prompts=None
+        )
         if requests.height:
             markers = activity_markers(requests, part["config"])
             out.frames["requests"] = markers

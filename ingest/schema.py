@@ -177,7 +177,18 @@ REQUEST_LATENCIES = pl.Schema(
 # one row per request, at its first start line (`line`, `pid`: to split a file two servers
 # wrote to). One row a request that started: in JOINED when its end was logged too (its start
 # is its arrival), else in ARRIVALS.
-ARRIVALS = pl.Schema({"line": pl.Int64(), "pid": pl.Int32(), "timestamp": TIMESTAMP})
+# Both carry what the request's lines show of its prompt (ingest/prompts.py), null when none
+# shows ids: `prompt_block_hashes`, chained hashes of its complete 16-token blocks in order
+# (equal hash i: equal first 16 * (i + 1) tokens; at most 256), `prompt_tokens` (the ids
+# visible) and `prompt_cut` (the list was cut: `...]` or no `]`).
+PROMPT_COLUMNS: dict[str, pl.DataType] = {
+    "prompt_block_hashes": pl.List(pl.UInt64()),
+    "prompt_tokens": pl.Int64(),
+    "prompt_cut": pl.Boolean(),
+}
+ARRIVALS = pl.Schema(
+    {"line": pl.Int64(), "pid": pl.Int32(), "timestamp": TIMESTAMP, **PROMPT_COLUMNS}
+)
 JOINED = pl.Schema(
     {
         "line": pl.Int64(),
@@ -185,6 +196,7 @@ JOINED = pl.Schema(
         "start": TIMESTAMP,
         "e2e": pl.Float64(),  # seconds
         "success": pl.Boolean(),
+        **PROMPT_COLUMNS,
     }
 )
 
@@ -248,6 +260,9 @@ class LogFrames:
     # `frames["requests"]` holds only the rows that mark activity. None: not reduced.
     arrivals: pl.DataFrame | None = None
     joined: pl.DataFrame | None = None
+    # The prompt ids request lines show (ingest/prompts.py PROMPTS), read when requests are
+    # extracted; the reducer hands them to the join, which puts them on the request's row.
+    prompts: pl.DataFrame | None = None
 
     @property
     def reduced(self) -> bool:
@@ -282,7 +297,7 @@ class LogFrames:
         self.year_source = self.year_source or other.year_source
         for kind, count in other.summarized.items():
             self.summarized[kind] = self.summarized.get(kind, 0) + count
-        for name in ("arrivals", "joined"):
+        for name in ("arrivals", "joined", "prompts"):
             mine, theirs = getattr(self, name), getattr(other, name)
             if theirs is not None:
                 setattr(self, name, theirs if mine is None else pl.concat([mine, theirs]))

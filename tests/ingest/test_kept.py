@@ -36,6 +36,10 @@ def _part(starts: list[int], first_line: int) -> pl.DataFrame:
             "start": [_BASE + timedelta(microseconds=s) for s in starts],
             "e2e": [s / 7 for s in starts],
             "success": [s % 2 == 0 for s in starts],
+            # A list column too (the prompt's block hashes), nulls among them.
+            "prompt_block_hashes": [[abs(s) % 7] * (s % 3) if s % 4 else None for s in starts],
+            "prompt_tokens": [16 * (s % 3) if s % 4 else None for s in starts],
+            "prompt_cut": [s % 5 == 0 if s % 4 else None for s in starts],
         },
         schema=_SCHEMA,
     )

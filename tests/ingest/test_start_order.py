@@ -24,6 +24,9 @@ def _rows(starts: list[int], first_line: int) -> pl.DataFrame:
             "start": [_BASE + timedelta(seconds=s) for s in starts],
             "e2e": [0.5] * len(starts),
             "success": [True] * len(starts),
+            "prompt_block_hashes": [[s] for s in starts],
+            "prompt_tokens": [16] * len(starts),
+            "prompt_cut": [False] * len(starts),
         },
         schema=_SCHEMA,
     )
