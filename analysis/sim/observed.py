@@ -193,18 +193,18 @@ PROMPT_HASHES = "prompt_block_hashes"  # ingest's per-request column (ARRIVALS, 
 def log_prompt_hashes(logs: Sequence[Any]) -> pl.DataFrame | None:
     """(timestamp, prompt_block_hashes) of every logged request, sorted by time, from the
     request-path frames (a reduced log's ARRIVALS and JOINED; the others' request rows joined
-    as log_arrivals joins them); None when no request has hashes."""
+    with their prompts, as the reducer joins them); None when no request has hashes."""
     from preemptscope.ingest.lifecycle import RequestJoin
 
     pairs: list[tuple[pl.DataFrame | None, str]] = []
     for lf in logs:
         pairs += [(lf.arrivals, "timestamp"), (lf.joined, "start")]
-    rows = [lf["requests"] for lf in logs if not lf.reduced and lf["requests"].height]
-    if rows and any(PROMPT_HASHES in r.columns for r in rows):
-        join = RequestJoin()
-        ordered = pl.concat(rows, how="diagonal_relaxed").sort("timestamp", "line")
-        for arrived, joined in (join.add(ordered), join.close()):
-            pairs += [(arrived, "timestamp"), (joined, "start")]
+        if not lf.reduced and lf.prompts is not None and lf["requests"].height:
+            # Each file's lines with its own prompts (their line numbers are the file's).
+            join = RequestJoin()
+            ordered = lf["requests"].sort("timestamp", "line")
+            for arrived, joined in (join.add(ordered, lf.prompts), join.close()):
+                pairs += [(arrived, "timestamp"), (joined, "start")]
     parts = [
         frame.select(pl.col(column).alias("timestamp"), pl.col(PROMPT_HASHES))
         for frame, column in pairs
@@ -483,6 +483,10 @@ def build_replay(
             if hashed is not None:
                 workload = _with_hashed_prefixes(workload, config, hashed, assumptions)
                 basis = load.basis + "; prompt lengths from the prompt block hashes where shown"
+                workload = dataclasses.replace(
+                    workload,
+                    description={**workload.description, "basis": basis, "prefixes": "hashes"},
+                )
             figures = ObservedFigures(
                 requests=len(workload),
                 preemptions=preemptions,

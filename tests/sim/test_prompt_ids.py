@@ -4,8 +4,11 @@ shared-prefix group print the same first ids, others differ from the first token
 from __future__ import annotations
 
 import ast
+import json
 import re
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,6 +16,8 @@ from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import simulate
 from preemptscope.analysis.sim.workload import LengthDist, Workload, synthetic
 from preemptscope.analysis.sim.writers import prompt_token_ids, render_log
+
+from preemptscope.cli import main
 
 START = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
 
@@ -59,3 +64,65 @@ def test_the_log_prints_the_ids_each_era_prints(era: str) -> None:
                    for line in lines if "prompt_token_ids: [" in line)  # fmt: skip
     plain = render_log(result, era=era, start=START)
     assert not any("prompt_token_ids: [" in line for line in plain)
+
+
+@pytest.fixture(scope="module")
+def prefix_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A server with prefix caching on, one 1,024-token system prompt: its log per era, with
+    the prompts' ids and without."""
+    wl = shared_workload(n=200)
+    config = SimConfig(num_gpu_blocks_override=900, max_num_seqs=32, enable_prefix_caching=True)
+    result = simulate(wl, config)
+    out = tmp_path_factory.mktemp("prefix-logs")
+    paths = {}
+    for era, ids in (("v1", True), ("v1-preemptions", True), ("plain", False)):
+        lines = render_log(result, era="v1" if era == "plain" else era, start=START,
+                           prompt_ids=ids)  # fmt: skip
+        paths[era] = out / f"{era}.log"
+        paths[era].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def _whatif(log: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert main(["whatif", "--log", str(log), "--max-num-seqs", "8", "--json"]) == 0
+    body: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return body
+
+
+@pytest.mark.parametrize("era", ["v1", "v1-preemptions"])
+def test_a_log_with_prompt_ids_replays_its_own_prefixes(
+    prefix_logs: dict[str, Path], era: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = _whatif(prefix_logs[era], capsys)
+    notes = body["assumptions"]
+    hashed = next(n for n in notes if n.startswith("prompt block hashes for "))
+    n = body["now"]["requests"]
+    assert f"for {n} of {n} replayed requests" in hashed
+    assert "1 shared prefix of up to 1,024 tokens" in hashed
+    assert not any("inferred from the counters" in note for note in notes)
+    assert body["workload"]["prefixes"] == "hashes"
+    assert "prompt lengths from the prompt block hashes" in body["workload"]["basis"]
+    # The hit rate the replay reproduces, beside the one the log printed: both stated.
+    seen, replayed = body["observed"]["prefix_cache_hit_rate"], body["now"]["prefix_cache_hit_rate"]
+    assert seen > 0.7 and abs(replayed - seen) <= 0.05
+    stated = next(note for note in notes if note.startswith("the replay's prefix-cache hit rate"))
+    assert f"{replayed:.0%}" in stated and f"the deployment's {seen:.0%}" in stated
+
+
+def test_without_ids_the_hit_rate_stays_the_source(
+    prefix_logs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = _whatif(prefix_logs["plain"], capsys)
+    assert any("inferred from the counters" in note for note in body["assumptions"])
+    assert not any(n.startswith("prompt block hashes") for n in body["assumptions"])
+
+
+def test_the_report_sweep_states_the_hashed_hit_rate(
+    prefix_logs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    html = tmp_path / "r.html"
+    argv = ["report", str(prefix_logs["v1"]), "--html", str(html), "--whatif-sweep", "8,16"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    sharing = re.search(r'<p class="note whatif-sharing">([^<]*)</p>', html.read_text())
+    assert sharing and "prompt block hashes" in sharing.group(1)
