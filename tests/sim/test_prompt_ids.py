@@ -14,10 +14,13 @@ import numpy as np
 import pytest
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import simulate
+from preemptscope.analysis.sim.observed import PROMPT_HASHES, log_prompt_hashes
 from preemptscope.analysis.sim.workload import LengthDist, Workload, synthetic
 from preemptscope.analysis.sim.writers import prompt_token_ids, render_log
+from preemptscope.ingest.logs import parse_path
 
 from preemptscope.cli import main
+from preemptscope.inputs import load_inputs
 
 START = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
 
@@ -126,3 +129,18 @@ def test_the_report_sweep_states_the_hashed_hit_rate(
     capsys.readouterr()
     sharing = re.search(r'<p class="note whatif-sharing">([^<]*)</p>', html.read_text())
     assert sharing and "prompt block hashes" in sharing.group(1)
+
+
+@pytest.mark.parametrize("era", ["v0", "v1", "v1-preemptions"])
+def test_parsed_and_reduced_logs_give_the_same_hashes(tmp_path: Path, era: str) -> None:
+    """`parse` keeps the request rows and their prompts apart (joined here, per file);
+    `report` and `whatif` keep ARRIVALS/JOINED rows with the hashes on: the same hashes."""
+    wl = shared_workload(n=30)
+    result = simulate(wl, SimConfig(num_gpu_blocks_override=900, enable_prefix_caching=True))
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(render_log(result, era=era, start=START, prompt_ids=True)) + "\n")
+    parsed = log_prompt_hashes([parse_path(log)])
+    reduced = log_prompt_hashes(load_inputs([str(log)])[0].logs)
+    assert parsed is not None and reduced is not None
+    assert parsed.height == reduced.height == len(wl) and parsed.equals(reduced)
+    assert parsed[PROMPT_HASHES].null_count() == 0
