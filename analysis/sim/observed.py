@@ -178,22 +178,29 @@ def replay_inputs(item: Any, *, latencies: pl.DataFrame | None = None) -> Replay
         latencies = derived if derived.height else None
     arrivals = log_arrivals(item.logs) if item.logs else None
     metrics = latency.usable_samples(item.metrics)
+    stats = frames("scheduler_stats")
+    last = stats["timestamp"].max() if stats is not None else None
     return ReplayFrames(
         latencies,
         metrics,
-        frames("scheduler_stats"),
+        stats,
         arrivals if arrivals is not None and arrivals.len() else None,
-        log_prompt_hashes(item.logs) if item.logs else None,
+        log_prompt_hashes(item.logs, until=last, keep=MAX_REPLAY_REQUESTS) if item.logs else None,
     )
 
 
 PROMPT_HASHES = "prompt_block_hashes"  # ingest's per-request column (ARRIVALS, JOINED)
 
 
-def log_prompt_hashes(logs: Sequence[Any]) -> pl.DataFrame | None:
-    """(timestamp, prompt_block_hashes) of every logged request, sorted by time, from the
+def log_prompt_hashes(
+    logs: Sequence[Any], *, until: Any = None, keep: int | None = None
+) -> pl.DataFrame | None:
+    """(timestamp, prompt_block_hashes) of the logged requests, sorted by time, from the
     request-path frames (a reduced log's ARRIVALS and JOINED; the others' request rows joined
-    with their prompts, as the reducer joins them); None when no request has hashes."""
+    with their prompts, as the reducer joins them); None when no request has hashes.
+
+    `until`, `keep`: only the last `keep` requests started by `until` (the replay's tail: up
+    to 256 hashes a request, a long log's are not copied whole)."""
     from preemptscope.ingest.lifecycle import RequestJoin
 
     pairs: list[tuple[pl.DataFrame | None, str]] = []
@@ -205,14 +212,21 @@ def log_prompt_hashes(logs: Sequence[Any]) -> pl.DataFrame | None:
             ordered = lf["requests"].sort("timestamp", "line")
             for arrived, joined in (join.add(ordered, lf.prompts), join.close()):
                 pairs += [(arrived, "timestamp"), (joined, "start")]
-    parts = [
-        frame.select(pl.col(column).alias("timestamp"), pl.col(PROMPT_HASHES))
-        for frame, column in pairs
-        if frame is not None and PROMPT_HASHES in frame.columns and frame.height
-    ]
+    parts = []
+    for frame, column in pairs:
+        if frame is None or PROMPT_HASHES not in frame.columns or not frame.height:
+            continue
+        rows = frame.lazy().select(pl.col(column).alias("timestamp"), pl.col(PROMPT_HASHES))
+        if until is not None:
+            rows = rows.filter(pl.col("timestamp") <= until)
+        if keep is not None:
+            rows = rows.sort("timestamp", maintain_order=True).tail(keep)
+        parts.append(rows.collect())
     if not parts:
         return None
     found = pl.concat(parts, how="vertical_relaxed").sort("timestamp", maintain_order=True)
+    if keep is not None:
+        found = found.tail(keep)
     return found if found[PROMPT_HASHES].null_count() < found.height else None
 
 

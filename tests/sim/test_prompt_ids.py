@@ -144,3 +144,8 @@ def test_parsed_and_reduced_logs_give_the_same_hashes(tmp_path: Path, era: str) 
     assert parsed is not None and reduced is not None
     assert parsed.height == reduced.height == len(wl) and parsed.equals(reduced)
     assert parsed[PROMPT_HASHES].null_count() == 0
+    # The replay's tail only: the last `keep` requests started by `until`.
+    until = parsed["timestamp"][20]
+    tail = log_prompt_hashes(load_inputs([str(log)])[0].logs, until=until, keep=5)
+    assert tail is not None
+    assert tail.equals(parsed.filter(parsed["timestamp"] <= until).tail(5))
