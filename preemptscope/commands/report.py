@@ -139,9 +139,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--whatif-sweep",
         metavar="N,N,...",
-        help="with --html: replay each deployment's requests (--bench rows, else the log's) "
-        "through the scheduler simulator at these max_num_seqs (plus the current one) and draw "
-        "the predicted preemptions and p99 in the capacity figure (off by default: it simulates)",
+        help="with --html or --json: replay each deployment's requests (--bench rows, else the "
+        "log's) through the scheduler simulator at these max_num_seqs (plus the current one), "
+        "calibrated as the advice is; draw the predicted preemptions and p99 in the capacity "
+        "figure, print them in the JSON's whatif_sweep (off by default: it simulates)",
     )
     parser.add_argument(
         "--whatif-model",
@@ -298,26 +299,51 @@ class Sweep:
     loop: ClosedLoop  # the calibration: its replay of now and residual against the data
     current: int | None  # the replay's current max_num_seqs
 
-    def view(self) -> dict[str, Any]:
-        """What the HTML shows beside the curve: the label (fidelity's words, as the advice
-        and `whatif` say it), the calibration, and per class each setting's figures."""
+    def to_dict(self) -> dict[str, Any]:
+        """The sweep as `report --json` prints it (`whatif_sweep.<deployment>`); the HTML
+        is drawn from these values (`view`)."""
         residual = self.loop.residual
         label = residual.describe()
-        rows: list[tuple[str, dict[str, dict[str, float | int | None]]]] = []
-        seen = self.loop.replay.observed.per_priority
-        if seen:
-            rows.append(("observed", seen))
-        for o in self.outcomes:
-            if o.per_priority:
-                seqs = o.settings["max_num_seqs"]
-                tag = " (now)" if seqs == self.current else ""
-                rows.append((f"max_num_seqs {seqs}{tag}", o.per_priority))
         sharing = hit_rate_note(self.loop.replay, self.loop.now)
         return {
             "label": label[0].upper() + label[1:],
             "verified": residual.verified,
+            "fidelity": residual.to_dict(),
             "calibration": self.loop.method(),
-            "sharing": sharing[0].upper() + sharing[1:] if sharing else None,
+            "prefix_sharing": sharing[0].upper() + sharing[1:] if sharing else None,
+            "current_max_num_seqs": self.current,
+            "observed_per_priority": self.loop.replay.observed.per_priority,
+            "points": [
+                {
+                    "max_num_seqs": o.settings["max_num_seqs"],
+                    "preemptions": o.preemptions,
+                    "output_throughput": o.output_throughput,
+                    "e2e_p99": o.e2e_p99,
+                    "ttft_p99": o.ttft_p99,
+                    "per_priority": o.per_priority,
+                }
+                for o in self.outcomes
+            ],
+        }
+
+    def view(self) -> dict[str, Any]:
+        """What the HTML shows beside the curve, from to_dict's values: the label (fidelity's
+        words, as the advice and `whatif` say it), the calibration, the prefix-cache hit rate,
+        and per class each setting's figures."""
+        body = self.to_dict()
+        rows: list[tuple[str, dict[str, dict[str, float | int | None]]]] = []
+        if body["observed_per_priority"]:
+            rows.append(("observed", body["observed_per_priority"]))
+        for point in body["points"]:
+            if point["per_priority"]:
+                seqs = point["max_num_seqs"]
+                tag = " (now)" if seqs == body["current_max_num_seqs"] else ""
+                rows.append((f"max_num_seqs {seqs}{tag}", point["per_priority"]))
+        return {
+            "label": body["label"],
+            "verified": body["verified"],
+            "calibration": body["calibration"],
+            "sharing": body["prefix_sharing"],
             "classes": rows,
         }
 
@@ -473,8 +499,11 @@ def _fleet_title(summary: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     values = parse_sweep(args.whatif_sweep) if args.whatif_sweep else None
-    if values and not args.html:
-        raise ConfigError("--whatif-sweep draws in the HTML report: give --html FILE too")
+    if values and not (args.html or args.json):
+        raise ConfigError(
+            "--whatif-sweep draws in the HTML report or prints in the JSON: give --html FILE "
+            "or --json"
+        )
     try:
         built = build(args, values)
         report = built.report
@@ -482,9 +511,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     except OSError as exc:
         raise InputError(getattr(exc, "filename", None) or "-", str(exc)) from None
+    for note in built.sweep_notes:
+        Console(stderr=True).print(note)
     if args.html:
-        for note in built.sweep_notes:
-            Console(stderr=True).print(note)
         overview = None
         if built.fleet is not None:
             overview = fleet_html(built.fleet["servers"], _fleet_title(built.fleet))
@@ -493,6 +522,8 @@ def run(args: argparse.Namespace) -> int:
         out = report.to_dict()
         if built.fleet is not None:
             out["fleet"] = built.fleet
+        if values:
+            out["whatif_sweep"] = {name: sweep.to_dict() for name, sweep in built.sweeps.items()}
         jsonout.dump(out, sys.stdout)
     else:
         console = Console()

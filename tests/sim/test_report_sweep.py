@@ -88,6 +88,13 @@ def test_the_sweep_carries_the_advices_calibration_label_and_classes(
         assert got["e2e_p99"] == _seconds(figures["e2e_p99"])
         assert rows[("observed", cls)]["preemptions"] == "—"
     assert {cls for _, cls in rows} == {"0", "1"}
+    # The JSON's whatif_sweep holds the same values the HTML shows.
+    sweep = body["whatif_sweep"][dep["name"]]
+    assert sweep["label"] == label.group(1) and sweep["current_max_num_seqs"] == 32
+    point = next(p for p in sweep["points"] if p["max_num_seqs"] == 32)
+    assert point["preemptions"] == now["preemptions"]
+    assert point["per_priority"] == now["per_priority"]
+    assert sweep["fidelity"]["verified"] == label.group(1).startswith("Verified")
     # The advice's own per-class table: now and each replayed suggestion, the JSON's values.
     advice_rows = _rows(text, "advice")
     for a in replayed:
@@ -96,6 +103,16 @@ def test_the_sweep_carries_the_advices_calibration_label_and_classes(
             got = advice_rows[(setting, cls)]
             assert got["ttft_p99"] == _seconds(figures["ttft_p99"])
             assert got["preemptions"] == f"{figures['preemptions']:,}"
+
+
+def test_the_sweep_prints_in_the_json_without_html(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", *_argv(MIX), "--json", "--whatif-sweep", "16"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    (sweep,) = body["whatif_sweep"].values()
+    assert [p["max_num_seqs"] for p in sweep["points"]] == [16, 32]
+    assert set(sweep["observed_per_priority"]) == {"0", "1"}
+    assert main(["report", *_argv(MIX), "--whatif-sweep", "16"]) == 2
+    assert "give --html FILE or --json" in capsys.readouterr().err
 
 
 def test_the_sweep_replays_the_closed_loops_cost(monkeypatch: pytest.MonkeyPatch) -> None:
