@@ -22,7 +22,12 @@ from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.calibrate import fit_step_cost
 from preemptscope.analysis.sim.config import SimConfig, reserves_full_isl
 from preemptscope.analysis.sim.engine import simulate
-from preemptscope.analysis.sim.prefixes import MAX_HASHED_BLOCKS, hashed_prefixes, prompt_lengths
+from preemptscope.analysis.sim.prefixes import (
+    MAX_HASHED_BLOCKS,
+    IntArray,
+    hashed_prefixes,
+    prompt_lengths,
+)
 from preemptscope.analysis.sim.whatif import (
     WhatIfOutcome,
     observed_load,
@@ -190,6 +195,8 @@ def replay_inputs(item: Any, *, latencies: pl.DataFrame | None = None) -> Replay
 
 
 PROMPT_HASHES = "prompt_block_hashes"  # ingest's per-request column (ARRIVALS, JOINED)
+# Beside it: how many ids the line showed, and whether the list was cut (then only a bound).
+PROMPT_SHOWN = ("prompt_tokens", "prompt_cut")
 
 
 def log_prompt_hashes(
@@ -216,7 +223,8 @@ def log_prompt_hashes(
     for frame, column in pairs:
         if frame is None or PROMPT_HASHES not in frame.columns or not frame.height:
             continue
-        rows = frame.lazy().select(pl.col(column).alias("timestamp"), pl.col(PROMPT_HASHES))
+        shown = [c for c in PROMPT_SHOWN if c in frame.columns]
+        rows = frame.lazy().select(pl.col(column).alias("timestamp"), PROMPT_HASHES, *shown)
         if until is not None:
             rows = rows.filter(pl.col("timestamp") <= until)
         if keep is not None:
@@ -495,7 +503,7 @@ def build_replay(
             basis = load.basis + "; lengths lognormal around the means"
             hashed = _hashes_for(frames.prompt_hashes, stats, len(workload), assumptions)
             if hashed is not None:
-                workload = _with_hashed_prefixes(workload, config, hashed, assumptions)
+                workload = _with_hashed_prefixes(workload, config, *hashed, assumptions)
                 basis = load.basis + "; prompt lengths from the prompt block hashes where shown"
                 workload = dataclasses.replace(
                     workload,
@@ -540,9 +548,10 @@ def build_replay(
 
 def _hashes_for(
     frame: pl.DataFrame | None, stats: pl.DataFrame, count: int, assumptions: list[str]
-) -> list[list[int] | None] | None:
-    """The prompt block hashes of the replayed requests: the last `count` logged in the stats'
-    span, as observed_load takes their arrivals (None: no hashes, or they do not line up)."""
+) -> tuple[list[list[int] | None], IntArray] | None:
+    """The prompt block hashes of the replayed requests, the last `count` logged in the stats'
+    span as observed_load takes their arrivals, and each one's prompt length where the log
+    showed all its ids (-1 elsewhere). None: no hashes, or they do not line up."""
     if frame is None:
         return None
     times = stats.filter(pl.col("timestamp").is_not_null())["timestamp"]
@@ -554,25 +563,37 @@ def _hashes_for(
             "replayed: shared prefixes from the hit rate"
         )
         return None
-    hashes: list[list[int] | None] = inside[PROMPT_HASHES].tail(count).to_list()
-    return hashes if any(h is not None for h in hashes) else None
+    rows = inside.tail(count)
+    hashes: list[list[int] | None] = rows[PROMPT_HASHES].to_list()
+    if not any(h is not None for h in hashes):
+        return None
+    exact = np.full(count, -1, dtype=np.int64)
+    if all(c in rows.columns for c in PROMPT_SHOWN):
+        whole = rows["prompt_tokens"].is_not_null() & rows["prompt_cut"].eq(False)
+        exact = np.where(whole.to_numpy(), rows["prompt_tokens"].fill_null(-1).to_numpy(), -1)
+    return hashes, exact.astype(np.int64)
 
 
 def _with_hashed_prefixes(
     workload: Workload,
     config: SimConfig,
     hashes: list[list[int] | None],
+    exact: IntArray,
     assumptions: list[str],
 ) -> Workload:
-    """The workload with the prompt lengths and shared prefixes the block hashes show."""
+    """The workload with the prompt lengths (exact where the log showed every id) and shared
+    prefixes the block hashes show."""
     counts = np.array([-1 if h is None else len(h) for h in hashes], dtype=np.int64)
-    lengths = prompt_lengths(np.minimum(counts, MAX_HASHED_BLOCKS), workload.prompt_len)
+    bounded = prompt_lengths(np.minimum(counts, MAX_HASHED_BLOCKS), workload.prompt_len)
+    lengths = np.where(exact > 0, exact, bounded).astype(np.int64)
     workload = dataclasses.replace(workload, prompt_len=lengths)
     plan = hashed_prefixes(hashes, config.block_size, lengths)
     queries = float(lengths.sum())
+    known = int((exact > 0).sum())
     head = (
         f"prompt block hashes for {plan.hashed:,} of {len(workload):,} replayed requests "
-        "(their prompt lengths to 16 tokens)"
+        f"(prompt lengths exact for {known:,} whose ids the log showed whole, to 16 tokens "
+        "for the others hashed)"
     )
     if not config.enable_prefix_caching:
         assumptions.append(f"{head}; prefix caching is off in the server's args: no sharing")

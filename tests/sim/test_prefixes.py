@@ -194,3 +194,22 @@ def test_groups_follow_the_block_size(block_size: int) -> None:
     lengths = np.array([len(t) for t in texts], dtype=np.int64)
     plan = hashed_prefixes([chain(t) for t in texts], block_size, lengths)
     assert set(plan.tokens.tolist()) == {700 // block_size * block_size}
+
+
+def test_prompt_lengths_are_exact_where_the_log_showed_every_id() -> None:
+    rng = np.random.default_rng(7)
+    texts: list[list[int] | None] = list(prompts(rng, rng.integers(0, 9, 512).tolist(), 20))
+    stats, arrivals, hashes = _log_frames(texts)
+    shown = [len(t) for t in texts if t is not None]
+    hashes = hashes.with_columns(
+        prompt_tokens=pl.Series(shown, dtype=pl.Int64),
+        prompt_cut=pl.Series([i == 3 for i in range(20)]),  # request 3's list was cut
+    )
+    frames = ReplayFrames(stats=stats, arrivals=arrivals, prompt_hashes=hashes)
+    seen = Capacity(num_gpu_blocks=2000, block_size=16, enable_prefix_caching=True)
+    replay = build_replay(seen, frames, preemptions=None)
+    wl = replay.workload
+    assert wl is not None
+    for i, n in enumerate(shown):
+        assert wl.prompt_len[i] == (n // 16 * 16 + 8 if i == 3 else n)
+    assert any("prompt lengths exact for 19 " in a for a in replay.assumptions)

@@ -100,7 +100,7 @@ def test_a_log_with_prompt_ids_replays_its_own_prefixes(
     notes = body["assumptions"]
     hashed = next(n for n in notes if n.startswith("prompt block hashes for "))
     n = body["now"]["requests"]
-    assert f"for {n} of {n} replayed requests" in hashed
+    assert f"for {n} of {n} replayed requests (prompt lengths exact for {n} " in hashed
     assert "1 shared prefix of up to 1,024 tokens" in hashed
     assert not any("inferred from the counters" in note for note in notes)
     assert body["workload"]["prefixes"] == "hashes"
