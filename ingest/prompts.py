@@ -27,7 +27,7 @@ __all__ = ["BLOCK_TOKENS", "MAX_BLOCKS", "PROMPTS", "PROMPT_LITERAL", "block_has
 BLOCK_TOKENS = 16
 MAX_BLOCKS = 256
 # What a line must hold for its ids to be read (a literal scan picks the candidates).
-PROMPT_LITERAL = "prompt_token_ids: "
+PROMPT_LITERAL = "prompt_token_ids: ["
 # The text of a `Request %s details:` line's lead (an `other` row).
 DETAILS_LITERAL = " details: prompt: "
 
