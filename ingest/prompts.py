@@ -27,7 +27,17 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-__all__ = ["BLOCK_TOKENS", "MAX_BLOCKS", "PROMPTS", "PROMPT_LITERAL", "block_hashes", "prompt_rows"]
+__all__ = [
+    "BLOCK_TOKENS",
+    "DETAILS_LITERAL",
+    "MAX_BLOCKS",
+    "PROMPTS",
+    "PROMPT_LITERAL",
+    "block_hashes",
+    "chained_hashes",
+    "prompt_rows",
+    "visible_ids",
+]
 
 BLOCK_TOKENS = 16
 MAX_BLOCKS = 256
