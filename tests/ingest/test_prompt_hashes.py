@@ -133,8 +133,10 @@ def test_a_prompt_holding_the_field_is_text(tmp_path: Path) -> None:
         f" prompt_token_ids: {fake}, lora_request: None.",
         "back\\slash\\",
     ]
+    # The field inside a quoted string after the prompt too (a stop string in the params).
+    stop = [f"prompt_token_ids: {fake}", f"x, prompt_token_ids: {fake}"]
     lines = [
-        V0.format(sec=i, rid=f"r{i}", prompt=p, stop=[f"prompt_token_ids: {fake}"], ids=ids(real))
+        V0.format(sec=i, rid=f"r{i}", prompt=p, stop=stop, ids=ids(real))
         for i, p in enumerate(prompts)
     ]
     lines.append(DETAILS.format(sec=9, rid="cmpl-z", prompt=prompts[0], ids=ids(real)))
