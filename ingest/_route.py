@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 import polars as pl
-from preemptscope.ingest import _cues, _envelope, _glue, _lines
+from preemptscope.ingest import _cues, _envelope, _glue, _lines, prompts
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._extract import (
     _BLANKS,
@@ -27,7 +27,6 @@ from preemptscope.ingest._extract import (
     _requests_frame,
     _stats_frames,
 )
-from preemptscope.ingest.prompts import DETAILS_LITERAL, PROMPT_LITERAL, prompt_rows
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting
 
 # Request rows whose message starts right after the `[file:line] ` of a vLLM header: a
@@ -820,8 +819,8 @@ def _assemble(
         accounting.unrecognized_lines += noise.height
     fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut"))
     accounting.parsed_lines = fast_parsed + parsed
-    prompts = [prompt_rows(pl.concat(messages))] if messages else []
-    return _Batch(frames, accounting, summarized, prompts)
+    found = [prompts.prompt_rows(pl.concat(messages))] if messages else []
+    return _Batch(frames, accounting, summarized, found)
 
 
 _MESSAGES = pl.Schema({"line": pl.Int64(), "message": pl.String()})
@@ -835,8 +834,8 @@ def _prompt_messages(routed: dict[str, list[pl.DataFrame]]) -> list[pl.DataFrame
     # in front of it (the router sends those per line): its first `] Received request ` or
     # `] Request ` is where its message starts.
     for name, literal, lead in (
-        ("requests", PROMPT_LITERAL, "] Received request "),
-        ("other", DETAILS_LITERAL, "] Request "),
+        ("requests", prompts.PROMPT_LITERAL, "] Received request "),
+        ("other", prompts.DETAILS_LITERAL, "] Request "),
     ):
         if name not in routed:
             continue
@@ -844,7 +843,7 @@ def _prompt_messages(routed: dict[str, list[pl.DataFrame]]) -> list[pl.DataFrame
         text = part["raw"]
         part = part.filter(text.str.contains(literal, literal=True))
         if name == "other" and part.height:
-            part = part.filter(part["raw"].str.contains(PROMPT_LITERAL, literal=True))
+            part = part.filter(part["raw"].str.contains(prompts.PROMPT_LITERAL, literal=True))
         if part.height:
             raw = pl.col("raw")
             at = raw.str.find(lead, literal=True).cast(pl.Int64) + 2

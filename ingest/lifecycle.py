@@ -482,7 +482,10 @@ class RequestJoin:
     def __init__(self, *, horizon: timedelta = HORIZON, max_open: int = MAX_OPEN) -> None:
         self._horizon = horizon
         self._max_open = max_open
-        self._open = pl.DataFrame(schema={**_event_schema(), **PROMPT_COLUMNS, "key": pl.String()})
+        self._open = pl.DataFrame(schema={**_event_schema(), "key": pl.String()})
+        # Whether a prompt was seen: only then do the events carry the prompt columns (a log
+        # that shows no ids pays nothing for them; the rows get nulls when they settle).
+        self._prompted = False
         # Details lines (`Request %s details:`) of the last batch whose request was not found
         # yet: its `Received` line may open the next batch.
         self._details = pl.DataFrame(schema=PROMPTS)
@@ -519,7 +522,6 @@ class RequestJoin:
         fresh = _events(requests)
         if fresh.is_empty():
             return _empty_out()
-        fresh = _by_line(fresh, prompts)
         newest = fresh["timestamp"].max()
         self._received = self._received or bool((fresh["event"] == "received").any())
         # The batch's ids and the open requests' keys by hash when no two of them share one
@@ -531,11 +533,13 @@ class RequestJoin:
         names = pl.concat([fresh["request_id"], open_keys])
         exact = pl.concat([hashes, open_ids]).n_unique() == names.n_unique()
         keyed = _fold_ids(fresh, self._received, earlier, hashes if exact else None)
-        if "_id" in keyed.columns:
-            events = pl.concat([self._open.hstack([open_ids]), keyed])
-        else:
-            events = pl.concat([self._open, keyed])
-        return self._settle(self._with_details(events, prompts), newest)
+        opened = self._open.hstack([open_ids]) if "_id" in keyed.columns else self._open
+        self._prompted = self._prompted or (prompts is not None and prompts.height > 0)
+        if not self._prompted:
+            return self._settle(pl.concat([opened, keyed]), newest)
+        opened = _with_prompt_nulls(opened)
+        keyed = _by_line(keyed, prompts).select(opened.columns)
+        return self._settle(self._with_details(pl.concat([opened, keyed]), prompts), newest)
 
     def close(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Settle every open request (the end of the input)."""
@@ -630,7 +634,7 @@ class RequestJoin:
         # ARRIVALS (keeping one row a request, not two).
         arrivals, joined = _split(sessions.filter(done))
         self._still = still
-        keep = [*_EVENT_COLUMNS, *_PROMPT, "key"]
+        keep = [name for name in (*_EVENT_COLUMNS, "key", *_PROMPT) if name in events.columns]
         # The open requests' events stay: those of the one-request ids by id (their sessions
         # and the others' are apart), those of the others by session.
         open_simple = still.filter(still["_simple"].fill_null(False))[_REQUEST]

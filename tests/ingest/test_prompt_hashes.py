@@ -3,12 +3,12 @@ the ids a request line shows, read from the record's own field, as chained 16-to
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from preemptscope.ingest.prompts import block_hashes
 from preemptscope.ingest.reduce import reduce_paths
 
 V0 = (
@@ -27,13 +27,18 @@ RECEIVED = (
 
 
 def expected(tokens: list[int]) -> list[int]:
-    """The documented hashes: blake2b(8) over the previous digest and the block's ids as
-    comma-joined decimals, for each complete 16-token block, at most 256."""
-    out, previous = [], b""
+    """The documented hashes, one block after the other: block k's text (its 16 ids, each
+    followed by ", ") hashed by Polars (seed 0x5EED), h_i = h_(i-1) * P + b_i modulo 2^64,
+    then splitmix64's finaliser; for each complete block, at most 256."""
+    mask, out, chain = (1 << 64) - 1, [], 0
     for block in range(min(len(tokens) // 16, 256)):
-        text = ",".join(str(t) for t in tokens[block * 16 : (block + 1) * 16]).encode()
-        previous = hashlib.blake2b(previous + text, digest_size=8).digest()
-        out.append(int.from_bytes(previous, "big"))
+        text = "".join(f"{t}, " for t in tokens[block * 16 : (block + 1) * 16])
+        b = int(pl.Series([text]).hash(seed=0x5EED)[0])
+        chain = (chain * 0x9E3779B97F4A7C15 + b) & mask
+        x = chain
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        out.append(x ^ (x >> 31))
     return out
 
 
@@ -105,6 +110,18 @@ def test_cut_lists_keep_their_complete_visible_blocks(tmp_path: Path) -> None:
     assert got[3]["prompt_block_hashes"] == expected(thirty_three[:32])
 
 
+def test_a_list_not_in_vllms_form_ends_where_the_form_does() -> None:
+    whole = ", ".join(str(t) for t in range(40))
+    assert block_hashes(whole, closed=True) == (expected(list(range(40))), 40)
+    # A second comma, a blank for a separator, a letter: the ids before it are whole.
+    assert block_hashes(whole[:-4] + ",, 39", closed=True)[1] == 39  # 0..38
+    assert block_hashes("1 2", closed=True) == ([], 0)
+    assert block_hashes(whole + ", x", closed=False)[1] == 40
+    # Not closed: the last number may be cut.
+    assert block_hashes(whole, closed=False)[1] == 39
+    assert block_hashes(whole + ", ", closed=False)[1] == 40
+
+
 def test_a_prompt_holding_the_field_is_text(tmp_path: Path) -> None:
     real = list(range(500, 532))
     fake = ids(list(range(16)))
@@ -116,8 +133,10 @@ def test_a_prompt_holding_the_field_is_text(tmp_path: Path) -> None:
         f" prompt_token_ids: {fake}, lora_request: None.",
         "back\\slash\\",
     ]
+    # The field inside a quoted string after the prompt too (a stop string in the params).
+    stop = [f"prompt_token_ids: {fake}", f"x, prompt_token_ids: {fake}"]
     lines = [
-        V0.format(sec=i, rid=f"r{i}", prompt=p, stop=[f"prompt_token_ids: {fake}"], ids=ids(real))
+        V0.format(sec=i, rid=f"r{i}", prompt=p, stop=stop, ids=ids(real))
         for i, p in enumerate(prompts)
     ]
     lines.append(DETAILS.format(sec=9, rid="cmpl-z", prompt=prompts[0], ids=ids(real)))
