@@ -209,11 +209,16 @@ def log_prompt_hashes(
     `until`, `keep`: only the last `keep` requests started by `until` (the replay's tail: up
     to 256 hashes a request, a long log's are not copied whole)."""
     from preemptscope.ingest.lifecycle import RequestJoin
+    from preemptscope.ingest.schema import PROMPT_COLUMNS
 
+    shows = [lf.prompts is not None and lf.prompts.height for lf in logs if not lf.reduced]
+    reduced = [f for lf in logs for f in (lf.arrivals, lf.joined) if f is not None and f.height]
+    if not any(shows) and not any(PROMPT_HASHES in f.columns for f in reduced):
+        return None
     pairs: list[tuple[pl.DataFrame | None, str]] = []
     for lf in logs:
         pairs += [(lf.arrivals, "timestamp"), (lf.joined, "start")]
-        if not lf.reduced and lf.prompts is not None and lf["requests"].height:
+        if not lf.reduced and lf["requests"].height:
             # Each file's lines with its own prompts (their line numbers are the file's).
             join = RequestJoin()
             ordered = lf["requests"].sort("timestamp", "line")
@@ -221,10 +226,17 @@ def log_prompt_hashes(
                 pairs += [(arrived, "timestamp"), (joined, "start")]
     parts = []
     for frame, column in pairs:
-        if frame is None or PROMPT_HASHES not in frame.columns or not frame.height:
+        if frame is None or not frame.height:
             continue
-        shown = [c for c in PROMPT_SHOWN if c in frame.columns]
-        rows = frame.lazy().select(pl.col(column).alias("timestamp"), PROMPT_HASHES, *shown)
+        # A file that showed no ids still holds requests: null hashes keep their places, so
+        # the hashes line up with the arrivals (log_arrivals takes every file's).
+        rows = frame.lazy().select(
+            pl.col(column).alias("timestamp"),
+            *(
+                pl.col(c) if c in frame.columns else pl.lit(None, PROMPT_COLUMNS[c]).alias(c)
+                for c in (PROMPT_HASHES, *PROMPT_SHOWN)
+            ),
+        )
         if until is not None:
             rows = rows.filter(pl.col("timestamp") <= until)
         if keep is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +149,22 @@ def test_parsed_and_reduced_logs_give_the_same_hashes(tmp_path: Path, era: str) 
     tail = log_prompt_hashes(load_inputs([str(log)])[0].logs, until=until, keep=5)
     assert tail is not None
     assert tail.equals(parsed.filter(parsed["timestamp"] <= until).tail(5))
+
+
+def test_a_file_without_ids_keeps_its_requests_places(tmp_path: Path) -> None:
+    """Two files of one server, the first printing no ids: its requests stay in the hashes'
+    frame with null hashes, so the hashes line up with every arrival."""
+    wl = shared_workload(n=20)
+    result = simulate(wl, SimConfig(num_gpu_blocks_override=900, enable_prefix_caching=True))
+    early, late = tmp_path / "early.log", tmp_path / "late.log"
+    later = START + timedelta(hours=1)
+    early.write_text("\n".join(render_log(result, start=START)) + "\n")
+    late.write_text("\n".join(render_log(result, start=later, prompt_ids=True)) + "\n")
+    for logs in (
+        load_inputs([f"{early}=srv", f"{late}=srv"])[0].logs,
+        [parse_path(early), parse_path(late)],
+    ):
+        found = log_prompt_hashes(logs)
+        assert found is not None and found.height == 2 * len(wl)
+        assert found[PROMPT_HASHES].head(len(wl)).null_count() == len(wl)
+        assert found[PROMPT_HASHES].tail(len(wl)).null_count() == 0
