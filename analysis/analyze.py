@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -30,7 +29,6 @@ from preemptscope.analysis.report import (
     Preemptions,
     PreemptionSource,
     Report,
-    SourceSummary,
     Window,
 )
 from preemptscope.analysis.sim.closedloop import calibrated
@@ -45,6 +43,7 @@ from preemptscope.analysis.windows import (
     window_start,
 )
 from preemptscope.ingest.bench import BenchRun
+from preemptscope.ingest.gathered import DeploymentInputs
 from preemptscope.ingest.lifecycle import log_latencies
 from preemptscope.ingest.schema import LogFrames, empty
 from preemptscope.ingest.versions import v0_warns_preemption
@@ -67,23 +66,6 @@ SOURCE_RANK: tuple[PreemptionSource, ...] = (
     "inferred",
     "none",
 )
-
-
-@dataclass
-class DeploymentInputs:
-    """Everything known about one deployment: its logs, /metrics samples and client latencies."""
-
-    name: str
-    logs: list[LogFrames] = field(default_factory=list)
-    metrics: pl.DataFrame | None = None  # METRIC_SAMPLES
-    latencies: pl.DataFrame | None = None  # REQUEST_LATENCIES
-    sources: list[SourceSummary] = field(default_factory=list)
-    # Client runs' whole-run figures, with the file they came from (summary-only results too).
-    runs: list[tuple[str, BenchRun]] = field(default_factory=list)
-    group: str | None = None  # the user's NAME when this is one server of several under it
-    # /metrics windows a Prometheus already reduced (fleet.py); `metrics` then holds only the
-    # samples read raw (the range's edges, restarts, busy windows).
-    reduced: MetricWindows | None = None
 
 
 def analyze(inputs: Sequence[DeploymentInputs], params: AnalysisParams | None = None) -> Report:

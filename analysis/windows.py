@@ -275,7 +275,7 @@ def gauge_columns(
     kv: Gauge, running: Gauge, waiting: Gauge, capacity: Gauge
 ) -> dict[str, list[float | None] | list[int | None]]:
     """The gauge columns of METRIC_WINDOW_COLUMNS from per-window (max, mean) pairs: from raw
-    samples here, from Prometheus' reductions in preemptscope/fleet_reduce.py (which may be
+    samples here, from Prometheus' reductions in analysis/fleet_reduce.py (which may be
     NaN or infinite: no number)."""
     return {
         "m_kv_max": [finite(x[0]) for x in kv],

@@ -5,6 +5,10 @@ and named from their labels: `namespace/pod` when both are present, else `pod`, 
 `job`. `group_by` joins servers that share those label values into one deployment (replicas
 stay separate series, each its own `source`). Each server's samples are read raw, chunk by
 chunk, into the METRIC_SAMPLES frame `/metrics` snapshots give, so the analysis is the same.
+
+It owns the one step that needs both rooms: servers found through `ingest/promapi.py`, their
+windows reduced by `analysis/fleet_reduce.py`, joined into `DeploymentInputs`; and the fleet
+table the CLI prints. It never judges a server: the analysis does.
 """
 
 from __future__ import annotations
@@ -24,6 +28,18 @@ from rich.table import Table
 from preemptscope.analysis import latency
 from preemptscope.analysis.analyze import DeploymentInputs
 from preemptscope.analysis.events import RESTART_COUNTERS
+from preemptscope.analysis.fleet_reduce import (
+    BATCH_POINTS,
+    MAX_AUTO_WINDOWS,
+    SERIES_COLUMNS,
+    Batch,
+    FleetReducer,
+    ServerWindows,
+    auto_window,
+    base_name,
+    group_windows,
+    server_windows,
+)
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Report, SourceSummary, Window
 from preemptscope.analysis.windows import (
@@ -36,18 +52,6 @@ from preemptscope.analysis.windows import (
     M_WAITING_BY_REASON,
 )
 from preemptscope.errors import ConfigError
-from preemptscope.fleet_reduce import (
-    BATCH_POINTS,
-    MAX_AUTO_WINDOWS,
-    SERIES_COLUMNS,
-    Batch,
-    FleetReducer,
-    ServerWindows,
-    auto_window,
-    base_name,
-    group_windows,
-    server_windows,
-)
 from preemptscope.ingest import promapi
 from preemptscope.ingest.metrics import PREFIXES, RENAMES
 

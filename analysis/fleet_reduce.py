@@ -18,6 +18,11 @@ or a full KV cache with a queue) are read raw for the preemption counter, KV, wa
 running, prompt tokens and ITL, so the evidence times are the scrapes' own. Everything else
 of the analysis reads those raw samples (restarts, capacity from cache_config_info, the
 counter since start). docs/fleet.md ("How samples are read") says what is exact and what not.
+
+It owns the analysis' /metrics windows as a Prometheus computes them (`MetricWindows`, the
+same columns `metric_windows` gives from snapshots). It is the one analysis module that asks
+a server anything, and only through the `PromClient` it is handed: it opens no socket, reads
+no file and judges nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import polars as pl
-
 from preemptscope.analysis import latency
 from preemptscope.analysis.analyze import HISTOGRAM_KINDS
 from preemptscope.analysis.events import RESTART_COUNTERS
