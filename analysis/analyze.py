@@ -1,36 +1,40 @@
 """The analyzer's entry point: frames of one or more deployments in, a typed Report out.
 
 Pure: no file, socket or clock. The batch report, the exporter (on sliding windows) and the
-demo all call `analyze` / `analyze_deployment`.
+demo all call `analyze` / `analyze_deployment`. This module owns the order of the analysis
+(windows, verdict, limit, advice) and the group summaries; the capacity facts are
+`analysis/facts.py`'s, what the inputs say about themselves `analysis/input_evidence.py`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Literal
 
 import polars as pl
 from preemptscope.analysis import latency
 from preemptscope.analysis.advice import advise
 from preemptscope.analysis.correlation import correlate, episodes
-from preemptscope.analysis.events import clean_setting as _clean
 from preemptscope.analysis.events import find_events
+from preemptscope.analysis.facts import capacity_facts, kind_frames
+from preemptscope.analysis.input_evidence import (
+    client_run,
+    disjoint_evidence,
+    run_evidence,
+    run_times,
+    source_paths,
+    source_spans,
+    span_end,
+)
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import (
-    Capacity,
-    ClientRun,
     DeploymentReport,
-    Evidence,
     GroupSummary,
     LatencyStats,
     Preemptions,
     PreemptionSource,
     Report,
-    SourceSummary,
     Window,
 )
 from preemptscope.analysis.sim.closedloop import calibrated
@@ -44,9 +48,9 @@ from preemptscope.analysis.windows import (
     running_plateau,
     window_start,
 )
-from preemptscope.ingest.bench import BenchRun
+from preemptscope.ingest.gathered import DeploymentInputs
 from preemptscope.ingest.lifecycle import log_latencies
-from preemptscope.ingest.schema import LogFrames, empty
+from preemptscope.ingest.schema import LogFrames
 from preemptscope.ingest.versions import v0_warns_preemption
 
 __all__ = [
@@ -67,23 +71,6 @@ SOURCE_RANK: tuple[PreemptionSource, ...] = (
     "inferred",
     "none",
 )
-
-
-@dataclass
-class DeploymentInputs:
-    """Everything known about one deployment: its logs, /metrics samples and client latencies."""
-
-    name: str
-    logs: list[LogFrames] = field(default_factory=list)
-    metrics: pl.DataFrame | None = None  # METRIC_SAMPLES
-    latencies: pl.DataFrame | None = None  # REQUEST_LATENCIES
-    sources: list[SourceSummary] = field(default_factory=list)
-    # Client runs' whole-run figures, with the file they came from (summary-only results too).
-    runs: list[tuple[str, BenchRun]] = field(default_factory=list)
-    group: str | None = None  # the user's NAME when this is one server of several under it
-    # /metrics windows a Prometheus already reduced (fleet.py); `metrics` then holds only the
-    # samples read raw (the range's edges, restarts, busy windows).
-    reduced: MetricWindows | None = None
 
 
 def analyze(inputs: Sequence[DeploymentInputs], params: AnalysisParams | None = None) -> Report:
@@ -150,14 +137,9 @@ def summarise_groups(deployments: Sequence[DeploymentReport]) -> list[GroupSumma
     return out
 
 
-def _frames(logs: Iterable[LogFrames], kind: str) -> pl.DataFrame:
-    parts = [lf[kind] for lf in logs if kind in lf.frames and not lf[kind].is_empty()]
-    return pl.concat(parts, how="vertical_relaxed") if parts else empty(kind)
-
-
 def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> DeploymentReport:
-    stats = _frames(inputs.logs, "scheduler_stats")
-    warnings = _frames(inputs.logs, "preemption_warning")
+    stats = kind_frames(inputs.logs, "scheduler_stats")
+    warnings = kind_frames(inputs.logs, "preemption_warning")
     metrics = latency.usable_samples(inputs.metrics)
     lat = inputs.latencies if inputs.latencies is not None and inputs.latencies.height else None
     if lat is None:
@@ -220,11 +202,11 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         )
         for i, row in enumerate(table.iter_rows(named=True))
     ]
-    spans = _source_spans(
+    spans = source_spans(
         {
             "log": [(stats, "timestamp"), (warnings, "timestamp")],
             "/metrics": [(metrics, "timestamp")],
-            "client results": [(lat, "start"), (_run_times(inputs.runs), "start")],
+            "client results": [(lat, "start"), (run_times(inputs.runs), "start")],
         }
     )
     runs = [client_run(path, run) for path, run in inputs.runs]
@@ -242,7 +224,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
     over = [w for w in windows if w.over_capacity]
     # The last over-capacity window's evidence (or start) lies inside its sources' span.
     last_over = (over[-1].evidence_last or over[-1].start) if over else None
-    now = params.now or _span_end(spans, last_over)
+    now = params.now or span_end(spans, last_over)
     verdict = decide(
         windows,
         found,
@@ -254,16 +236,16 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         _no_count_reason(inputs.logs, metrics),
         max_num_seqs_inferred=inferred_cap,
     )
-    disjoint = _disjoint_evidence(spans, judged=params.now is None and len(spans) > 1)
+    disjoint = disjoint_evidence(spans, judged=params.now is None and len(spans) > 1)
     if disjoint is not None:
         verdict = dataclasses.replace(verdict, evidence=[*verdict.evidence, disjoint])
     if runs:
         extra = [run_evidence(i, r, correlation.metric, params) for i, r in enumerate(runs)]
         verdict = dataclasses.replace(verdict, evidence=[*verdict.evidence, *extra])
     events = find_events(
-        config=_frames(inputs.logs, "config"),
+        config=kind_frames(inputs.logs, "config"),
         warnings=warnings,
-        activity=[stats, warnings, _frames(inputs.logs, "requests")],
+        activity=[stats, warnings, kind_frames(inputs.logs, "requests")],
         metrics=metrics,
         # Startup lines come a little before the first record they explain: one window early.
         span=(windows[0].start - (windows[0].end - windows[0].start), windows[-1].end)
@@ -300,7 +282,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         windows=windows,
         episodes=found,
         correlation=correlation,
-        sources=_source_paths(inputs),
+        sources=source_paths(inputs),
         events=events,
         client_runs=runs,
         group=inputs.group,
@@ -344,188 +326,6 @@ def _sampling_interval(stats: pl.DataFrame, metrics: pl.DataFrame | None) -> flo
     values = values.filter(values > 0)
     median = values.median() if values.len() else None
     return float(median) / 1e6 if isinstance(median, int | float) else 0.0
-
-
-def _run_times(runs: Sequence[tuple[str, BenchRun]]) -> pl.DataFrame:
-    """Start and end of the client runs that say when they ran, as one `start` column."""
-    times = [t for _, run in runs for t in (run.start, run.end) if t is not None]
-    return pl.DataFrame({"start": times}, schema={"start": pl.Datetime("us", "UTC")})
-
-
-def client_run(path: str, run: BenchRun) -> ClientRun:
-    """A client run's whole-run figures in the report's units and names."""
-    latency: dict[str, LatencyStats] = {}
-    for name, figures in run.stats.items():
-        if name not in ("e2e", "ttft", "tpot", "itl"):
-            continue
-        ratio = (
-            figures.p99 / figures.mean
-            if figures.p99 is not None and figures.mean not in (None, 0)
-            else None
-        )
-        latency[name] = LatencyStats(
-            metric=name,  # type: ignore[arg-type]
-            source="run",
-            count=figures.count,
-            mean=figures.mean,
-            p50=figures.p50,
-            p90=figures.p90,
-            p99=figures.p99,
-            p99_over_mean=ratio,
-        )
-    tokens = None
-    if run.input_tokens is not None and run.output_tokens is not None and run.requests:
-        tokens = (run.input_tokens + run.output_tokens) / run.requests
-    return ClientRun(
-        source=path,
-        label=run.label,
-        start=run.start,
-        end=run.end,
-        duration_s=run.duration_s,
-        requests=run.requests,
-        failed=run.failed,
-        request_throughput=run.request_throughput,
-        goodput=run.goodput,
-        mean_tokens_per_request=tokens,
-        request_rate=run.request_rate
-        if run.request_rate is not None and math.isfinite(run.request_rate)
-        else None,
-        max_concurrency=run.max_concurrency,
-        latency=latency,
-    )
-
-
-def run_evidence(
-    index: int, run: ClientRun, metric: str | None, params: AnalysisParams
-) -> Evidence:
-    """One sentence per client run, from its own whole-run figures."""
-    chosen = metric if metric in run.latency else None
-    chosen = chosen or next((m for m in params.latency_preference if m in run.latency), None)
-    path = f"client_runs.{index}"
-    quotes: dict[str, float | int | str | None] = {f"{path}.label": run.label}
-    parts = []
-    if run.requests is not None:
-        quotes[f"{path}.requests"] = run.requests
-        parts.append(f"{run.requests} requests")
-    if run.duration_s is not None:
-        quotes[f"{path}.duration_s"] = run.duration_s
-        parts.append(f"in {run.duration_s:.1f} s")
-    if run.request_throughput is not None:
-        quotes[f"{path}.request_throughput"] = run.request_throughput
-        parts.append(f"({run.request_throughput:.2f} req/s)")
-    if run.goodput is not None:
-        quotes[f"{path}.goodput"] = run.goodput
-        parts.append(f"goodput {run.goodput:.2f} req/s")
-    when = (
-        f" from {run.start:%Y-%m-%d %H:%M:%S} UTC"
-        if run.start is not None
-        else " (the file does not say when it ran: not placed in time)"
-    )
-    figures = ""
-    value = None
-    if chosen is not None:
-        stats = run.latency[chosen]
-        lat = f"{path}.latency.{chosen}"
-        shown = []
-        if stats.p99 is not None:
-            quotes[f"{lat}.p99"] = stats.p99
-            shown.append(f"p99 {stats.p99:.3f} s")
-        if stats.mean is not None:
-            quotes[f"{lat}.mean"] = stats.mean
-            shown.append(f"mean {stats.mean:.3f} s")
-        if stats.p99_over_mean is not None:
-            quotes[f"{lat}.p99_over_mean"] = stats.p99_over_mean
-            shown.append(f"p99/mean {stats.p99_over_mean:.2f}")
-            value = stats.p99_over_mean
-        figures = f"; whole-run {chosen} " + ", ".join(shown) if shown else ""
-    # vllm bench labels an unlabelled run by its request rate: say so rather than "run 4.0".
-    rate = run.request_rate
-    named = (
-        f"at {rate:g} req/s offered"
-        if rate is not None and run.label in (str(rate), f"{rate:g}")
-        else run.label
-    )
-    return Evidence(
-        "client_run",
-        f"client run {named}{when}: " + " ".join(parts) + figures,
-        value,
-        quotes,
-    )
-
-
-Span = tuple[str, datetime, datetime]
-
-
-def _source_spans(
-    sources: dict[str, list[tuple[pl.DataFrame | None, str]]],
-) -> list[Span]:
-    """(source, first, last) time of each input kind that has timestamps."""
-    spans: list[Span] = []
-    for name, parts in sources.items():
-        lows, highs = [], []
-        for frame, column in parts:
-            if frame is None or frame.is_empty():
-                continue
-            times = frame[column].drop_nulls()
-            low, high = times.min(), times.max()
-            if isinstance(low, datetime) and isinstance(high, datetime):
-                lows.append(low)
-                highs.append(high)
-        if lows:
-            spans.append((name, min(lows), max(highs)))
-    return spans
-
-
-def _clusters(spans: Sequence[Span]) -> list[tuple[list[str], datetime, datetime]]:
-    """Sources that overlap in time, merged; disjoint groups stay apart, in time order."""
-    out: list[tuple[list[str], datetime, datetime]] = []
-    for name, low, high in sorted(spans, key=lambda s: s[1]):
-        if out and low <= out[-1][2]:
-            names, first, last = out[-1]
-            out[-1] = ([*names, name], first, max(last, high))
-        else:
-            out.append(([name], low, high))
-    return out
-
-
-def _span_end(spans: Sequence[Span], moment: datetime | None) -> datetime | None:
-    """The end of the data for recency: the end of the overlapping sources holding `moment`.
-
-    A source that does not overlap the others (a /metrics snapshot copied today beside an
-    old log) must not make the others' evidence old: each group is judged on its own span.
-    """
-    groups = _clusters(spans)
-    if not groups:
-        return None
-    if moment is not None:
-        before = [g for g in groups if g[1] <= moment]
-        if before:
-            return before[-1][2]
-    return groups[-1][2]
-
-
-def _disjoint_evidence(spans: Sequence[Span], *, judged: bool) -> Evidence | None:
-    """Sources of one deployment that never overlap in time: usually a wrong --tz or --year."""
-    groups = _clusters(spans)
-    if len(groups) < 2:
-        return None
-    (a_names, a0, a1), (b_names, b0, b1) = groups[0], groups[1]
-    gap = (b0 - a1).total_seconds()
-    a, b = " + ".join(a_names), " + ".join(b_names)
-    how = "recency is judged on each one's own span; " if judged else ""
-    return Evidence(
-        "sources_disjoint",
-        f"the sources are disjoint: the {a} ({a0:%Y-%m-%d %H:%M} to {a1:%Y-%m-%d %H:%M} UTC) "
-        f"and the {b} ({b0:%Y-%m-%d %H:%M} to {b1:%Y-%m-%d %H:%M} UTC) never overlap "
-        f"({gap / 3600:.1f} h apart): {how}check --tz / --year for the log and "
-        "--bench-start for client results",
-        gap,
-    )
-
-
-def _source_paths(inputs: DeploymentInputs) -> list[str]:
-    paths = [s.path for s in inputs.sources] or [lf.source for lf in inputs.logs]
-    return list(dict.fromkeys(paths))
 
 
 def _latency(
@@ -611,131 +411,3 @@ def _counter_lifetime(metrics: pl.DataFrame | None) -> int | None:
         .agg(pl.col("value").max())
     )
     return round(float(runs["value"].sum()))
-
-
-# -------------------------------------------------------------------------------------------
-# Capacity facts: startup KV lines, engine config, cache_config_info, observed load
-
-_INT_KEYS = {
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "block_size",
-    "max_model_len",
-}
-
-
-def _as_int(value: Any) -> int | None:
-    text = _clean(value)
-    try:
-        return int(float(text.replace(",", ""))) if text is not None else None
-    except ValueError:
-        return None
-
-
-def _as_float(value: Any) -> float | None:
-    text = _clean(value)
-    try:
-        number = float(text.replace(",", "")) if text is not None else None
-    except ValueError:
-        return None
-    return number if number is not None and math.isfinite(number) else None
-
-
-def _as_bool(value: Any) -> bool | None:
-    """A flag as vLLM prints it (True/False in args and config lines, true/false elsewhere)."""
-    text = _clean(value)
-    if text is None:
-        return None
-    return {"true": True, "1": True, "false": False, "0": False}.get(text.lower())
-
-
-def capacity_facts(
-    logs: Sequence[LogFrames],
-    metrics: pl.DataFrame | None,
-    latencies: pl.DataFrame | None,
-    windows: Sequence[Window],
-) -> Capacity:
-    """What the deployment had (KV blocks/tokens, memory, flags) and what the load needed."""
-    config: dict[str, str] = {}
-    for labels in latency.info_labels(metrics) if metrics is not None else []:
-        for key, value in labels.items():
-            if (clean := _clean(value)) is not None:
-                config.setdefault(key, clean)
-    conf = _frames(logs, "config")
-    for key, value in conf.select("key", "value").iter_rows():
-        if (clean := _clean(value)) is not None:
-            config[key] = clean  # later lines win: the last start of the engine
-    kv: dict[str, tuple[float, int | None]] = {}
-    kv_frame = _frames(logs, "kv_capacity").filter(pl.col("value").is_not_null())
-    for kind, value, context in kv_frame.select("kind", "value", "context_tokens").iter_rows():
-        kv[kind] = (float(value), context)
-    versions = [lf.vllm_version for lf in logs if lf.vllm_version]
-
-    def kv_value(kind: str) -> float | None:
-        return kv[kind][0] if kind in kv else None
-
-    tokens = kv_value("kv_cache_tokens") or _as_float(config.get("kv_cache_size_tokens"))
-    blocks = kv_value("gpu_blocks") or _as_float(config.get("num_gpu_blocks"))
-    block_size = _as_int(config.get("block_size"))
-    if tokens is None and blocks is not None and block_size:
-        tokens = blocks * block_size
-    if block_size is None and tokens and blocks and tokens % blocks == 0:
-        block_size = int(tokens // blocks)  # V1 logs tokens and blocks but not the block size
-    if blocks is None and tokens and block_size and tokens % block_size == 0:
-        # V1 logs the KV cache in tokens only ("GPU KV cache size: N tokens"); with the block
-        # size printed (non-default args, engine config) the block count follows.
-        blocks = tokens / block_size
-    context = kv["max_concurrency"][1] if "max_concurrency" in kv else None
-    concurrency = kv_value("max_concurrency") or _as_float(config.get("kv_cache_max_concurrency"))
-    running = [w.running_max for w in windows if w.running_max is not None]
-    return Capacity(
-        num_gpu_blocks=round(blocks) if blocks is not None else None,
-        block_size=block_size,
-        kv_cache_tokens=round(tokens) if tokens is not None else None,
-        max_concurrency=concurrency,
-        max_concurrency_context_tokens=kv["max_concurrency"][1]
-        if "max_concurrency" in kv
-        else None,
-        available_kv_memory_gib=kv_value("available_kv_memory") or kv_value("memory_for_kv"),
-        model_weights_gib=kv_value("model_weights"),
-        gpu_memory_utilization=_as_float(config.get("gpu_memory_utilization"))
-        or kv_value("gpu_memory_utilization"),
-        max_num_seqs=_as_int(config.get("max_num_seqs")),
-        max_num_batched_tokens=_as_int(config.get("max_num_batched_tokens")),
-        tensor_parallel_size=_as_int(config.get("tensor_parallel_size")),
-        pipeline_parallel_size=_as_int(config.get("pipeline_parallel_size")),
-        scheduling_policy=_clean(config.get("scheduling_policy")),
-        vllm_version=versions[-1] if versions else _clean(config.get("vllm_version")),
-        model=_clean(config.get("served_model_name") or config.get("model")),
-        gpu_memory_total_gib=kv_value("memory_total"),
-        max_model_len=_as_int(config.get("max_model_len")),
-        enable_prefix_caching=_as_bool(config.get("enable_prefix_caching")),
-        mean_tokens_per_request=_mean_tokens(latencies, metrics),
-        peak_running=max(running) if running else None,
-    )
-
-
-def _mean_tokens(latencies: pl.DataFrame | None, metrics: pl.DataFrame | None) -> float | None:
-    """Mean prompt + output tokens per request: client rows first, else vLLM's histograms."""
-    if latencies is not None:
-        both = latencies.filter(
-            pl.col("prompt_tokens").is_not_null() & pl.col("output_tokens").is_not_null()
-        )
-        if both.height:
-            return float((both["prompt_tokens"] + both["output_tokens"]).mean())  # type: ignore[arg-type]
-    if metrics is None:
-        return None
-    total = 0.0
-    for name in ("request_prompt_tokens", "request_generation_tokens"):
-        rows = metrics.filter((pl.col("metric") == name) & pl.col("sample").is_in(["sum", "count"]))
-        if rows.is_empty():
-            return None
-        last = rows.filter(pl.col("timestamp") == pl.col("timestamp").max())
-        sums = last.filter(pl.col("sample") == "sum")["value"].sum()
-        counts = last.filter(pl.col("sample") == "count")["value"].sum()
-        if not counts:
-            return None
-        total += float(sums) / float(counts)
-    return total

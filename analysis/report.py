@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+# A source's description is ingest's to fill; the Report carries it as it is.
+from preemptscope.ingest.gathered import SourceSummary as SourceSummary
+
 SCHEMA_VERSION = 1
 
 VerdictState = Literal["ok", "at_risk", "over_capacity", "insufficient_data"]
@@ -233,20 +236,6 @@ class Capacity:
     # Observed load, for sizing: mean prompt + output tokens per request, peak running requests.
     mean_tokens_per_request: float | None = None
     peak_running: int | None = None
-
-
-@dataclass(frozen=True)
-class SourceSummary:
-    path: str
-    kind: Literal["log", "metrics", "bench", "requests"]
-    deployment: str
-    lines: int | None = None
-    unrecognized_lines: int | None = None
-    records: dict[str, int] = field(default_factory=dict)
-    vllm_version: str | None = None
-    log_era: str | None = None
-    timezone: str | None = None
-    notes: list[str] = field(default_factory=list)  # caveats about this source, for people
 
 
 @dataclass(frozen=True)

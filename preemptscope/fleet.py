@@ -1,10 +1,10 @@
-"""A fleet from Prometheus: discover every vLLM server in a time range, read its samples.
+"""A fleet from Prometheus: every vLLM server of a time range, read for the analysis.
 
-Servers are found from their series (`vllm:`, `ray_vllm_` and `ray_vllm:` names, old and new)
-and named from their labels: `namespace/pod` when both are present, else `pod`, `instance`,
-`job`. `group_by` joins servers that share those label values into one deployment (replicas
-stay separate series, each its own `source`). Each server's samples are read raw, chunk by
-chunk, into the METRIC_SAMPLES frame `/metrics` snapshots give, so the analysis is the same.
+Discovery and naming are `ingest/promfleet.py`'s (through `ingest/promapi.py`); the windows a
+Prometheus reduces are `analysis/fleet_reduce.py`'s. This module owns the one step that needs
+both rooms: the names the analysis reads, the batches, each deployment's `DeploymentInputs`
+(reduced windows and raw samples), the join with local inputs, and the fleet table the CLI
+prints. It never judges a server: the analysis does.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import polars as pl
@@ -24,6 +22,14 @@ from rich.table import Table
 from preemptscope.analysis import latency
 from preemptscope.analysis.analyze import DeploymentInputs
 from preemptscope.analysis.events import RESTART_COUNTERS
+from preemptscope.analysis.fleet_reduce import (
+    BATCH_POINTS,
+    Batch,
+    FleetReducer,
+    ServerWindows,
+    group_windows,
+    server_windows,
+)
 from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import Report, SourceSummary, Window
 from preemptscope.analysis.windows import (
@@ -36,20 +42,18 @@ from preemptscope.analysis.windows import (
     M_WAITING_BY_REASON,
 )
 from preemptscope.errors import ConfigError
-from preemptscope.fleet_reduce import (
-    BATCH_POINTS,
+from preemptscope.ingest import promapi, promfleet
+from preemptscope.ingest.promfleet import (
+    IDENTITY,
     MAX_AUTO_WINDOWS,
-    SERIES_COLUMNS,
-    Batch,
-    FleetReducer,
-    ServerWindows,
-    auto_window,
-    base_name,
-    group_windows,
-    server_windows,
+    FleetOptions,
+    Server,
+    group_name,
+    naming_labels,
+    read_group,
+    server_identity,
+    server_source,
 )
-from preemptscope.ingest import promapi
-from preemptscope.ingest.metrics import PREFIXES, RENAMES
 
 __all__ = [
     "Fleet",
@@ -65,11 +69,8 @@ __all__ = [
     "read_group",
 ]
 
-# The labels that name a server, most specific first.
-IDENTITY = (("namespace", "pod"), ("pod",), ("instance",), ("job",))
 # A vLLM server has at least one of these (canonical names).
 CORE = (M_RUNNING, M_KV, M_PREEMPTIONS, M_WAITING)
-_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 # Deployments whose servers are reduced in the background ahead of the one being analyzed.
 PREPARE_AHEAD = 1
 
@@ -93,104 +94,10 @@ def needed_metrics() -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _name_regex(canonical: Sequence[str]) -> str:
-    """A PromQL regex for every exposed spelling of these canonical names."""
-    bases = set(canonical)
-    bases |= {old for old, new in RENAMES.items() if new in bases}
-    prefixes = "|".join(re.escape(p) for p in PREFIXES)
-    return f"({prefixes})({'|'.join(sorted(bases))})(_total|_bucket|_sum|_count|_created)?"
-
-
-@dataclass(frozen=True)
-class FleetOptions:
-    url: str
-    start: datetime
-    end: datetime
-    selector: str | None = None
-    group_by: tuple[str, ...] = ()
-    auth: promapi.PromAuth = field(default_factory=promapi.PromAuth)
-    timeout_s: float = 30.0
-    # The analysis window the servers are reduced with (AnalysisParams.window_s): Prometheus
-    # computes the windows, so it must be the analysis' own. None: auto_window(start, end).
-    window_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.start.tzinfo is None or self.end.tzinfo is None:
-            raise ValueError("start and end must be timezone-aware")
-        if self.end <= self.start:
-            raise ConfigError(f"--end {self.end.isoformat()} is not after --start")
-        for label in self.group_by:
-            if not _LABEL.match(label):
-                raise ConfigError(f"--group-by {label!r}: not a Prometheus label name")
-        if self.window_s is not None and not self.window_s >= 1:
-            raise ConfigError("--window: at least 1 s with --prometheus")
-
-    @property
-    def window(self) -> float:
-        """The window used: --window, else one chosen from the range (fleet_reduce)."""
-        return self.window_s if self.window_s is not None else auto_window(self.start, self.end)
-
-
-@dataclass(frozen=True)
-class Server:
-    """One scrape target: the matchers that select it and the names it exposes."""
-
-    name: str
-    matchers: tuple[tuple[str, str], ...]
-    labels: dict[str, str]  # the labels all its series share (namespace, pod, model_name, ...)
-    names: tuple[str, ...]  # exposed metric names the analysis needs
-    series: int = 0  # how many series it has in the range
-
-    def selector(self, extra: str, names: Sequence[str] | None = None) -> str:
-        """Its series (of `names` when given) with the user's matchers `extra`."""
-        parts = [f"__name__=~{promapi.quote('|'.join(names or self.names))}"]
-        parts += [f"{key}={promapi.quote(value)}" for key, value in self.matchers]
-        if extra:
-            parts.append(extra)
-        return "{" + ",".join(parts) + "}"
-
-
-def _identity(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    for keys in IDENTITY:
-        if all(key in labels for key in keys):
-            return tuple((key, labels[key]) for key in keys)
-    return ()
-
-
 def discover(client: promapi.PromClient, options: FleetOptions) -> list[Server]:
-    """Every vLLM server with a sample in the range, in name order."""
-    extra = promapi.matchers(options.selector)
-    match = "{" + ",".join([f"__name__=~{promapi.quote(_name_regex(needed_metrics()))}"]
-                           + ([extra] if extra else [])) + "}"  # fmt: skip
-    found = client.series([match], options.start, options.end)
-    by_identity: dict[tuple[tuple[str, str], ...], list[dict[str, str]]] = {}
-    for labels in found:
-        by_identity.setdefault(_identity(labels), []).append(labels)
-    servers = []
-    for identity, series in by_identity.items():
-        names = sorted({s["__name__"] for s in series})
-        if not any(_canonical(n) in CORE for n in names):
-            continue
-        shared = dict(series[0])
-        for other in series[1:]:
-            shared = {k: v for k, v in shared.items() if other.get(k) == v}
-        shared.pop("__name__", None)
-        models = sorted({s["model_name"] for s in series if "model_name" in s})
-        if models:
-            shared.setdefault("model_name", ",".join(models))
-        name = "/".join(value for _, value in identity) or "prometheus"
-        servers.append(Server(name, identity, shared, tuple(names), len(series)))
-    return sorted(servers, key=lambda s: s.name)
-
-
-def _canonical(exposed: str) -> str:
-    return base_name(exposed)
-
-
-def group_name(server: Server, group_by: Sequence[str]) -> str:
-    if not group_by:
-        return server.name
-    return "/".join(server.labels.get(label) or "-" for label in group_by)
+    """Every vLLM server with a sample in the range, in name order (ingest/promfleet.py),
+    looking for the names the analysis reads."""
+    return promfleet.discover(client, options, needed_metrics(), CORE)
 
 
 class Fleet:
@@ -233,7 +140,7 @@ class Fleet:
             end=options.end,
             window_s=options.window,
             selector=promapi.matchers(options.selector),
-            identify=_identity,
+            identify=server_identity,
         )
         # One thread reduces servers (FleetReducer.take and server_windows run in it only).
         self._prep = ThreadPoolExecutor(1, thread_name_prefix="reduce")
@@ -305,7 +212,7 @@ class Fleet:
         parts = []
         for server in self.groups[name]:
             reduced = self._reducer.take(server.name)
-            source = _source(self.client, server)
+            source = server_source(self.client, server)
             one = server_windows(
                 self.client,
                 reduced,
@@ -315,7 +222,7 @@ class Fleet:
                 names=server.names,
                 source=source,
                 deployment=name,
-                drop=_drop(server),
+                drop=naming_labels(server),
                 start=self.options.start,
                 end=self.options.end,
                 params=self.params,
@@ -424,48 +331,6 @@ def join_local(fleet: Fleet, local: Sequence[DeploymentInputs]) -> Iterator[Depl
                     "timestamp", maintain_order=True
                 )
         yield item
-
-
-def read_group(
-    prom: promapi.PromClient, name: str, members: Sequence[Server], options: FleetOptions
-) -> DeploymentInputs:
-    """Every raw sample of one deployment's replicas, each replica its own source.
-
-    For the live service's polls (exporter/promsource.py: short spans since the last poll);
-    the batch report reads reduced windows instead (Fleet.read).
-    """
-    extra = promapi.matchers(options.selector)
-    target = DeploymentInputs(name)
-    frames = []
-    for server in members:
-        chunks = list(prom.raw(server.selector(extra), options.start, options.end))
-        source = _source(prom, server)
-        frame = promapi.series_frame(chunks, source=source, deployment=name, drop=_drop(server))
-        frames.append(frame)
-        target.sources.append(
-            SourceSummary(
-                path=source,
-                kind="metrics",
-                deployment=name,
-                records={
-                    "samples": frame.height,
-                    "scrapes": frame["timestamp"].n_unique() if frame.height else 0,
-                    "series": frame.select(SERIES_COLUMNS).n_unique() if frame.height else 0,
-                },
-            )
-        )
-    target.metrics = pl.concat(frames, how="vertical").sort("timestamp", maintain_order=True)
-    return target
-
-
-def _source(prom: promapi.PromClient, server: Server) -> str:
-    return f"{prom.url} {{{','.join(f'{k}={promapi.quote(v)}' for k, v in server.matchers)}}}"
-
-
-def _drop(server: Server) -> set[str]:
-    """Labels naming the server, left out of `labels` (model_name and engine are columns)."""
-    drop = {*server.labels, *(key for key, _ in server.matchers), "job", "instance"}
-    return drop - {"model_name", "engine"}
 
 
 # --- The fleet overview: one row per deployment, from the report's own values ---------------

@@ -1,4 +1,4 @@
-"""The windows Prometheus reduces (preemptscope/fleet_reduce.py) against the raw snapshots.
+"""The windows Prometheus reduces (analysis/fleet_reduce.py) against the raw snapshots.
 
 Three servers over six hours of 15-s scrapes, backfilled into a real Prometheus: one with a
 40-minute gap in its scrapes, one that restarts mid-window (its counters start again from 0),
@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 import pytest
+from preemptscope.analysis.fleet_reduce import Batch, auto_window
 from preemptscope.ingest import promapi
 
 from preemptscope.fleet import Fleet, FleetOptions, Server, plan_batches
-from preemptscope.fleet_reduce import Batch, auto_window
 from tests.fleet import fleetgen
 from tests.fleet.conftest import FleetData, report_json
 

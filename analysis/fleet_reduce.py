@@ -18,6 +18,11 @@ or a full KV cache with a queue) are read raw for the preemption counter, KV, wa
 running, prompt tokens and ITL, so the evidence times are the scrapes' own. Everything else
 of the analysis reads those raw samples (restarts, capacity from cache_config_info, the
 counter since start). docs/fleet.md ("How samples are read") says what is exact and what not.
+
+It owns the analysis' /metrics windows as a Prometheus computes them (`MetricWindows`, the
+same columns `metric_windows` gives from snapshots). It is the one analysis module that asks
+a server anything, and only through the `PromClient` it is handed: it opens no socket, reads
+no file and judges nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import polars as pl
-
 from preemptscope.analysis import latency
 from preemptscope.analysis.analyze import HISTOGRAM_KINDS
 from preemptscope.analysis.events import RESTART_COUNTERS
@@ -52,7 +56,12 @@ from preemptscope.analysis.windows import (
     whole,
 )
 from preemptscope.ingest import promapi
-from preemptscope.ingest.metrics import canonical_name
+from preemptscope.ingest.promfleet import (
+    AUTO_WINDOWS,
+    SERIES_COLUMNS,
+    auto_window,
+    base_name,
+)
 from preemptscope.ingest.schema import METRIC_SAMPLES
 
 __all__ = [
@@ -79,24 +88,7 @@ PARALLEL_QUERIES = 2  # Prometheus evaluates a query on one core
 # Servers per batch of range queries: about this many window values (series x windows, some
 # 18 MB of JSON); the first batches are smaller, so the analysis starts early.
 BATCH_POINTS = 600_000
-# The automatic window: the shortest of these giving at most MAX_AUTO_WINDOWS windows.
-AUTO_WINDOWS = (60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 86400.0)
-MAX_AUTO_WINDOWS = 1440
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def auto_window(start: datetime, end: datetime) -> float:
-    """The window for a range when --window is not given: 1 min up to a day, 15 min a week."""
-    span = (end - start).total_seconds()
-    return next((w for w in AUTO_WINDOWS if span / w <= MAX_AUTO_WINDOWS), AUTO_WINDOWS[-1])
-
-
-def base_name(exposed: str) -> str:
-    """Canonical metric name of an exposed series name (suffixes _bucket/_sum/... removed)."""
-    for suffix in ("_bucket", "_sum", "_count", "_created"):
-        if exposed.endswith(suffix):
-            return str(canonical_name(exposed.removesuffix(suffix)))
-    return str(canonical_name(exposed))
 
 
 @dataclass
@@ -120,10 +112,6 @@ class ServerWindows:
     raw: set[int]  # windows read raw (every series)
     busy: set[int]  # windows read raw for the evidence and calibration series
     series: int = 0  # distinct SERIES_COLUMNS keys in `counters`
-
-
-# What tells series apart in a source's `series` count.
-SERIES_COLUMNS = ["source", "metric", "sample", "le", "model_name", "engine", "labels"]
 
 
 def _regex(names: Iterable[str]) -> str:
