@@ -181,24 +181,6 @@ def test_calibrated_memory_change_moves_blocks_like_vllm() -> None:
     assert np.isclose(changed.gpu_memory_utilization, 0.95)
 
 
-def test_serve_detection() -> None:
-    import argparse
-
-    from preemptscope.commands.demo import _serve_takes_logs
-
-    def parser(with_log: bool) -> argparse.ArgumentParser:
-        root = argparse.ArgumentParser()
-        sub = root.add_subparsers(dest="command")
-        serve = sub.add_parser("serve")
-        if with_log:
-            serve.add_argument("--log", action="append")
-        return root
-
-    argv = ["serve", "--log", "a.log=a"]
-    assert _serve_takes_logs(parser(True), argv)
-    assert not _serve_takes_logs(parser(False), argv)
-
-
 def _live_verdicts(demo_dir: Path, argv: list[str], now: datetime) -> dict[str, str]:
     """What `preemptscope serve ARGV` would say at `now`, through its settings and live state."""
     from preemptscope.exporter.live import LiveState
@@ -240,6 +222,11 @@ def test_demo_serve_argv_makes_the_live_verdict_match_the_report(
     argv = serve_argv(artefacts, state_dir=demo_dir / "state", port=0)
     assert argv[argv.index("--resolve-after") + 1] == "3600s"
     assert argv.count("--log") == 2 and argv[-2:] == ["--port", "0"]
+    # The demo's logs are finished files: quiet inputs must not turn /readyz 503.
+    from preemptscope import settings
+    from preemptscope.cli import build_parser
+
+    assert settings.resolve(build_parser().parse_args(argv), environ={}).ready_after == 86400
     # `demo --serve` ends the traffic a minute before now; the page is watched for minutes after.
     start = datetime.fromisoformat(DEFAULT_START)
     later = start + timedelta(minutes=6 + 5)
