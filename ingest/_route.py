@@ -266,7 +266,7 @@ def _route(
     df = pl.DataFrame({"raw": raw}).with_columns(
         pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
     )
-    noise = _short_noise(raw, first_line, max_line, cut or {}) if fast else None
+    noise = _short_noise(raw, df["line"], max_line, cut or {}) if fast else None
     if noise is not None:
         df = df.filter(~noise[0])
     too_long = _too_long(df, max_line, cut or {})
@@ -324,7 +324,7 @@ _DISTINCT_MAX = 1024  # distinct short texts routed on their own, at most
 
 
 def _short_noise(
-    raw: pl.Series, first_line: int, max_line: int, cut: Mapping[int, int]
+    raw: pl.Series, lines: pl.Series, max_line: int, cut: Mapping[int, int]
 ) -> tuple[pl.Series, pl.DataFrame] | None:
     """(mask, unrecognised rows) of the lines of `raw` settled as noise in bulk, or None:
     short, a text the cascade claims as noise (_noise_texts), not cut, after two short lines
@@ -332,6 +332,7 @@ def _short_noise(
     cascade). The rows are the cascade's: line, the physical text without its line end, and
     the reason."""
     limit = min(SHORT_NOISE_BYTES, max_line)
+    first_line = cast(int, lines[0])
     sample = raw.gather_every(max(1, raw.len() // _SAMPLE))
     short = sample.filter(sample.str.len_bytes() <= limit)
     distinct = short.unique()
@@ -340,21 +341,27 @@ def _short_noise(
     noise = _noise_texts(distinct)
     if noise.len() == 0 or short.is_in(noise.implode()).sum() * SHORT_NOISE_SHARE < sample.len():
         return None
-    # The noise text of each line (null: none), by one hash lookup a line.
-    codes = raw.cast(pl.Enum(noise), strict=False).to_physical()
+    # Which noise text each line is: one comparison a line where the file repeats one text
+    # (`a\rb` over and over), else one hash lookup a line (null: none).
+    one = noise.len() == 1
+    codes = None if one else raw.cast(pl.Enum(noise), strict=False).to_physical()
+    member = raw == noise[0] if codes is None else codes.is_not_null()
     lengths = raw.str.len_bytes() <= limit
-    mask = codes.is_not_null() & lengths.shift(1, fill_value=False)
-    mask = mask & lengths.shift(2, fill_value=False)
+    mask = member & lengths.shift(1, fill_value=False) & lengths.shift(2, fill_value=False)
     if cut:
         index = [line - first_line for line in cut if 0 <= line - first_line < raw.len()]
         if index:
             mask = mask.scatter(index, False)
-    if mask.sum() < SHORT_NOISE_MIN:
+    count = int(mask.sum())
+    if count < SHORT_NOISE_MIN:
         return None
+    texts = noise.str.strip_chars_end("\r\n")
     rows = pl.DataFrame(
         {
-            "line": mask.arg_true().cast(pl.Int64) + first_line,
-            "text": noise.str.strip_chars_end("\r\n").gather(codes.filter(mask)),
+            "line": lines.filter(mask),
+            "text": pl.repeat(texts[0], count, eager=True)
+            if codes is None
+            else texts.gather(codes.filter(mask)),
         }
     ).with_columns(pl.lit(_lines.NO_FORMAT, dtype=pl.String).alias("reason"))
     return mask, rows

@@ -94,6 +94,7 @@ LINES = st.lists(
     st.one_of(
         SHORT.map(lambda s: [s]),
         st.lists(SHORT, min_size=1, max_size=12),
+        SHORT.map(lambda s: [s] * 8),  # one text over and over (a file of `a\rb`)
         st.sampled_from(NORMAL).map(lambda s: [s]),
         st.sampled_from(WRAPPED),
     ),
@@ -118,6 +119,8 @@ def _parsed(lines: list[str], *, on: bool) -> dict[str, Any]:
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(LINES)
 @example(["a_b"] * 10)
+@example(["ab\r"] * 10)
+@example(["a\rb\n"] * 10)
 @example(["a\rb"] * 3 + [_STATS[:-5], "6.0%", "a\rb", "a_b"])
 @example(["x", "y", *WRAPPED[0], "a_b", "a_b"])
 def test_bulk_and_cascade_agree(lines: list[str]) -> None:
