@@ -251,11 +251,14 @@ def _route(
     *,
     max_line: int,
     cut: Mapping[int, int] | None = None,
+    fast: bool = True,
 ) -> _Batch:
     """Route every line of a Series and extract the vectorised kinds.
 
     Lines longer than `max_line` bytes, and those in `cut` (line number -> real length: cut
-    by the reader), are unrecognised with their real length and not parsed.
+    by the reader), are unrecognised with their real length and not parsed. With `fast`,
+    short lines of noise are settled in bulk first (_short_noise); without it, every line
+    takes the cascade (the reading _short_noise must give, which the tests compare it with).
     """
     n = raw.len()
     if n == 0:
@@ -263,9 +266,30 @@ def _route(
     df = pl.DataFrame({"raw": raw}).with_columns(
         pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
     )
+    noise = _short_noise(raw, df["line"], max_line, cut or {}) if fast else None
+    if noise is not None:
+        df = df.filter(~noise[0])
     too_long = _too_long(df, max_line, cut or {})
     if too_long is not None:
         df = df.filter(~pl.col("line").is_in(too_long["line"].implode()))
+    before = _before(raw, first_line, previous)
+    routed, odd_parts = _cascade(df, before)
+    if too_long is not None:
+        routed["cut"] = [too_long]
+    if noise is not None:
+        routed["noise"] = [noise[1]]
+
+    def physical(lines: pl.Series) -> pl.Series:
+        return raw.gather(lines - first_line).str.strip_chars_end("\r\n")
+
+    return _assemble(routed, odd_parts, {}, n, before, keep, physical)
+
+
+def _before(
+    raw: pl.Series, first_line: int, previous: str | None
+) -> Callable[[pl.DataFrame], pl.Series]:
+    """`before(part)`: the physical line before each line of `part` (a frame with `line`),
+    as the per-line path reads it (_as_read); `previous` is the line before `raw`'s first."""
 
     def before(odd: pl.DataFrame) -> pl.Series:
         index = odd["line"] - first_line
@@ -279,14 +303,83 @@ def _route(
         ).to_series()
         return _as_read(prev, outside)
 
-    routed, odd_parts = _cascade(df, before)
-    if too_long is not None:
-        routed["cut"] = [too_long]
+    return before
 
-    def physical(lines: pl.Series) -> pl.Series:
-        return raw.gather(lines - first_line).str.strip_chars_end("\r\n")
 
-    return _assemble(routed, odd_parts, {}, n, before, keep, physical)
+# Short lines of noise (`a_b`, tqdm's `a\rb`), settled in bulk. A line this short (newline
+# included) cannot make the line after it a record's tail (_cues.may_be_continued and the
+# cascade's own check need _glue.WRAP_MIN characters), so a short line whose text the
+# cascade claims as noise after short lines (step 6: nothing the per-line path could read)
+# is noise wherever it stands after two short lines: which texts those are is asked of the
+# cascade itself, once per distinct text, not settled by a list of its own. The texts are
+# found in a sample of the batch (most lines of such a file are alike); a line whose text
+# the sample missed takes the cascade as any other, so the sample decides the cost, never
+# the reading.
+SHORT_NOISE_BYTES = 16
+assert SHORT_NOISE_BYTES < _glue.WRAP_MIN
+SHORT_NOISE_MIN = 4096  # lines settled in bulk in a batch before the bulk path pays for itself
+SHORT_NOISE_SHARE = 4  # and at least a quarter of the sampled lines noise texts
+_SAMPLE = 1 << 16  # lines sampled, about
+_DISTINCT_MAX = 1024  # distinct short texts routed on their own, at most
+
+
+def _short_noise(
+    raw: pl.Series, lines: pl.Series, max_line: int, cut: Mapping[int, int]
+) -> tuple[pl.Series, pl.DataFrame] | None:
+    """(mask, unrecognised rows) of the lines of `raw` settled as noise in bulk, or None:
+    short, a text the cascade claims as noise (_noise_texts), not cut, after two short lines
+    of the batch (the line before the batch is not looked at: its first two lines take the
+    cascade). The rows are the cascade's: line, the physical text without its line end, and
+    the reason."""
+    limit = min(SHORT_NOISE_BYTES, max_line)
+    first_line = cast(int, lines[0])
+    sample = raw.gather_every(max(1, raw.len() // _SAMPLE))
+    short = sample.filter(sample.str.len_bytes() <= limit)
+    distinct = short.unique()
+    if distinct.len() == 0 or distinct.len() > _DISTINCT_MAX:
+        return None
+    noise = _noise_texts(distinct)
+    if noise.len() == 0 or short.is_in(noise.implode()).sum() * SHORT_NOISE_SHARE < sample.len():
+        return None
+    # Which noise text each line is: one comparison a line where the file repeats one text
+    # (`a\rb` over and over), else one hash lookup a line (null: none).
+    one = noise.len() == 1
+    codes = None if one else raw.cast(pl.Enum(noise), strict=False).to_physical()
+    member = raw == noise[0] if codes is None else codes.is_not_null()
+    lengths = raw.str.len_bytes() <= limit
+    mask = member & lengths.shift(1, fill_value=False) & lengths.shift(2, fill_value=False)
+    if cut:
+        index = [line - first_line for line in cut if 0 <= line - first_line < raw.len()]
+        if index:
+            mask = mask.scatter(index, False)
+    count = int(mask.sum())
+    if count < SHORT_NOISE_MIN:
+        return None
+    texts = noise.str.strip_chars_end("\r\n")
+    rows = pl.DataFrame(
+        {
+            "line": lines.filter(mask),
+            "text": pl.repeat(texts[0], count, eager=True)
+            if codes is None
+            else texts.gather(codes.filter(mask)),
+        }
+    ).with_columns(pl.lit(_lines.NO_FORMAT, dtype=pl.String).alias("reason"))
+    return mask, rows
+
+
+def _noise_texts(texts: pl.Series) -> pl.Series:
+    """Of distinct short line texts, those the cascade claims as noise (step 6's `unrec`)
+    when each stands after two blank lines."""
+    fake = pl.Series("raw", [x for t in texts.to_list() for x in ("\n", "\n", t)], dtype=pl.String)
+    df = pl.DataFrame({"raw": fake}).with_columns(
+        pl.int_range(1, fake.len() + 1, dtype=pl.Int64).alias("line")
+    )
+    routed, _ = _cascade(df, _before(fake, 1, "\n"))
+    if "unrec" not in routed:
+        return texts.clear()
+    lines = pl.concat(routed["unrec"])["line"]
+    lines = lines.filter(lines % 3 == 0)
+    return fake.gather(lines - 1)
 
 
 def _too_long(df: pl.DataFrame, max_line: int, cut: Mapping[int, int]) -> pl.DataFrame | None:
@@ -817,7 +910,10 @@ def _assemble(
             )
         )
         accounting.unrecognized_lines += noise.height
-    fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut"))
+    if "noise" in routed:  # rows already (_short_noise), mostly after the others in line order
+        frames["unrecognized"].extend(routed["noise"])
+        accounting.unrecognized_lines += counts["noise"]
+    fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut", "noise"))
     accounting.parsed_lines = fast_parsed + parsed
     found = [prompts.prompt_rows(pl.concat(messages))] if messages else []
     return _Batch(frames, accounting, summarized, found)

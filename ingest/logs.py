@@ -152,15 +152,15 @@ def _finish(
         )
     unrec = batch.frames["unrecognized"]
     if unrec:
-        result.frames["unrecognized"] = (
-            pl.concat(unrec)
-            .sort("line")
-            .with_columns(
-                pl.lit(source, dtype=pl.String).alias("source"),
-                pl.lit(deployment, dtype=pl.String).alias("deployment"),
-            )
-            .select(list(FRAME_SCHEMAS["unrecognized"]))
-        )
+        rows = pl.concat(unrec)
+        # In line order already where short lines of noise were settled in bulk after the
+        # others (ingest/_route.py _short_noise): a sort would copy millions of rows.
+        if not rows["line"].is_sorted():
+            rows = rows.sort("line")
+        result.frames["unrecognized"] = rows.with_columns(
+            pl.lit(source, dtype=pl.String).alias("source"),
+            pl.lit(deployment, dtype=pl.String).alias("deployment"),
+        ).select(list(FRAME_SCHEMAS["unrecognized"]))
     result.year_source = state.years.source
     result.vllm_version, result.log_era = _version_and_era(result)
     return result
