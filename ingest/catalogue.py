@@ -178,16 +178,12 @@ STATS_ROWS: tuple[LineFormat, ...] = (
     ),
 )
 
-# The fields of a stats record, each found on its own so unknown fields never break a record.
-# (column, pattern with one group). Order matters for `extra`: everything not matched is kept.
-# Numbers in ASCII digits, as vLLM prints them: another script's digits are no field to either
-# engine (their text stays in `extra`).
-# Where a field without a literal of its own starts: at the message's start or after a blank
-# or a comma, as vLLM separates them (`\b` was a word boundary by each engine's own `\w`).
-# Consumed (Rust regex has no lookbehind). In front of a run that may open anywhere, so a
-# search starts it once per run, not at every character of it (linear time in the `regex`
-# module too); a small class, which Rust regex's literal search skips to ` KV cache usage: `
-# past (a class of all but `[A-Za-z0-9_]` read every byte: 2 ms a MB a field).
+# The fields of a stats record as (column, pattern with one group), each found on its own so an
+# unknown field never breaks a record; whatever no pattern matches stays in `extra`. Numbers are
+# ASCII digits, as vLLM prints them.
+# FIELD_START: a field without a literal of its own starts at the message's start or after a
+# blank or comma. It is consumed, not a lookbehind (Rust regex has none), and it is a small
+# class so both engines skip ahead to the field's literal: linear time, no `\b`.
 FIELD_START = r"(?:^|[\s,])"
 STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("engine", r"Engine ([0-9]+): "),
