@@ -42,17 +42,20 @@ def load_reference(rev: str) -> Any:
 
 
 def load_modules(rev: str) -> dict[str, types.ModuleType]:
-    """The simulator's config, steps, batch and engine modules and analysis/advice.py at `rev`."""
+    """The simulator's config, steps, batch and engine modules and analysis/advice.py (with the
+    sizing it imports, analysis/sizing.py) at `rev`."""
     tag = git("rev-parse", "--short", rev).strip()
     loaded: dict[str, str] = {}
-    for name in ("config", "steps", "batch", "engine", "advice"):
-        path = "analysis/advice.py" if name == "advice" else f"analysis/sim/{name}.py"
+    for name in ("config", "steps", "batch", "engine", "sizing", "advice"):
+        outside_sim = name in ("sizing", "advice")
+        path = f"analysis/{name}.py" if outside_sim else f"analysis/sim/{name}.py"
         try:
             source = git("show", f"{rev}:{path}")
         except subprocess.CalledProcessError:
-            continue  # not in that commit (batch.py came with the speed work)
+            continue  # not in that commit (batch.py came with the speed work, sizing.py later)
         for other, module_name in loaded.items():  # the reference's own modules, not ours
-            source = source.replace(f"{SIM}.{other} import", f"{module_name} import")
+            package = "preemptscope.analysis" if other == "sizing" else SIM
+            source = source.replace(f"{package}.{other} import", f"{module_name} import")
         module_name = f"_sim_{tag}_{name}"
         module = types.ModuleType(module_name)
         sys.modules[module_name] = module  # dataclasses look their module up while exec runs

@@ -2,9 +2,10 @@
 
 Servers are found from their series (`vllm:`, `ray_vllm_` and `ray_vllm:` names, old and new)
 and named from their labels: `namespace/pod` when both are present, else `pod`, `instance`,
-`job`. This module owns that discovery, the range and window options (`FleetOptions`) and the
-raw reads of a group into `DeploymentInputs` (the live service's short polls). It computes no
-window: `analysis/fleet_reduce.py` does, and `preemptscope/fleet.py` joins the two.
+`job`. This module owns that discovery, the range and window options (`FleetOptions`), the
+raw reads of a group into `DeploymentInputs` (the live service's short polls) and the one
+`SourceSummary` of a server (`server_summary`, reduced reads too). It computes no window:
+`analysis/fleet_reduce.py` does, and `preemptscope/fleet.py` joins the two.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "read_group",
     "server_identity",
     "server_source",
+    "server_summary",
 ]
 
 # The labels that name a server, most specific first.
@@ -189,11 +191,10 @@ def read_group(
         )
         frames.append(frame)
         target.sources.append(
-            SourceSummary(
-                path=source,
-                kind="metrics",
-                deployment=name,
-                records={
+            server_summary(
+                source,
+                name,
+                {
                     "samples": frame.height,
                     "scrapes": frame["timestamp"].n_unique() if frame.height else 0,
                     "series": frame.select(SERIES_COLUMNS).n_unique() if frame.height else 0,
@@ -206,6 +207,12 @@ def read_group(
 
 def server_source(prom: promapi.PromClient, server: Server) -> str:
     return f"{prom.url} {{{','.join(f'{k}={promapi.quote(v)}' for k, v in server.matchers)}}}"
+
+
+def server_summary(source: str, deployment: str, records: dict[str, int]) -> SourceSummary:
+    """One Prometheus server as a source of a deployment, for raw and reduced reads alike;
+    `records` counts what was read of it (samples when raw, windows when reduced)."""
+    return SourceSummary(path=source, kind="metrics", deployment=deployment, records=records)
 
 
 def naming_labels(server: Server) -> set[str]:

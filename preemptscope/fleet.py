@@ -31,7 +31,7 @@ from preemptscope.analysis.fleet_reduce import (
     server_windows,
 )
 from preemptscope.analysis.params import AnalysisParams
-from preemptscope.analysis.report import Report, SourceSummary, Window
+from preemptscope.analysis.report import Report, Window
 from preemptscope.analysis.windows import (
     M_GENERATION_TOKENS,
     M_KV,
@@ -53,6 +53,7 @@ from preemptscope.ingest.promfleet import (
     read_group,
     server_identity,
     server_source,
+    server_summary,
 )
 
 __all__ = [
@@ -185,11 +186,10 @@ class Fleet:
         for source, one in parts:
             scrapes = one.table["m_scrapes"].sum() if one.table.height else 0
             target.sources.append(
-                SourceSummary(
-                    path=source,
-                    kind="metrics",
-                    deployment=name,
-                    records={
+                server_summary(
+                    source,
+                    name,
+                    {
                         "scrapes": int(scrapes or 0),
                         "series": one.series,
                         "windows": one.table.height,
