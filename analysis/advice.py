@@ -67,6 +67,7 @@ __all__ = [
     "MAX_SUGGESTED_UTILIZATION",
     "MEMORY_KEYS",
     "MIN_BATCHED_TOKENS",
+    "MISSED",
     "NO_REPLAY",
     "ORDER",
     "SAME",
@@ -75,6 +76,7 @@ __all__ = [
     "Knob",
     "ReplayFactory",
     "advise",
+    "check_label",
     "effect",
     "helps",
     "onset_running",
@@ -140,6 +142,8 @@ BY_ACTION = {k.action: k for k in KNOBS}
 # Within this relative margin a predicted figure counts as unchanged: a replay trusted to
 # 10 % (tok/s) and 15 % (e2e p99) of now is no evidence for a smaller gain.
 SAME = 0.05
+# An item's label when the replay of now misses the data (the figures: advice_check).
+MISSED = "Unverified: the replay of now misses what was observed"
 NO_REPLAY = (
     " Unverified: no workload could be replayed (no client results with token counts and no "
     "request lines or stats lines), so the simulator has not checked this number."
@@ -198,7 +202,7 @@ def advise(
     if not check.verified:
         # A replay that misses what happened cannot decide alone: the data's own sizing for
         # the binding limit comes first, then what the replay adds; all unverified.
-        sized = _fallback(verdict, capacity, windows, p, caveat=" " + _label(check) + ".")
+        sized = _fallback(verdict, capacity, windows, p, caveat=" " + MISSED + ".")
         taken = {a.action for a in sized}
         chosen = sized + [a for a in chosen if a.action not in taken]
     relief = {
@@ -209,8 +213,11 @@ def advise(
     return AdvicePlan(_rank(head + chosen), relief, check)
 
 
-def _label(check: Fidelity) -> str:
-    """'Verified: ...' / 'Unverified: the replay of now is off by ...' (fidelity's words)."""
+def check_label(check: Fidelity) -> str:
+    """'Verified: ...' / 'Unverified: the replay of now is off by ...' (fidelity's words).
+
+    Said once per deployment (`DeploymentReport.advice_check`); each item says only its label.
+    """
     text = check.describe()
     return text[0].upper() + text[1:]
 
@@ -467,9 +474,9 @@ def _advice(
     # A replay of now that matches the data cannot vouch for a memory change sized on a
     # preset's memory: such a change stays unverified, saying what was assumed.
     assumed = memory_assumption(replay) if knob.key in MEMORY_KEYS else None
-    label = _label(check)
+    label = "Verified" if check.verified else MISSED
     if assumed is not None:
-        label = f"Unverified: {assumed}, not from the data; {check.finding()}"
+        label = f"Unverified: {assumed}, not from the data"
     why = knob.why
     if knob.action == "raise_gpu_memory_utilization":
         sized = _gpu_memory(capacity, (), target=float(value))

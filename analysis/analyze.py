@@ -14,7 +14,7 @@ from typing import Literal
 
 import polars as pl
 from preemptscope.analysis import latency
-from preemptscope.analysis.advice import advise
+from preemptscope.analysis.advice import advise, check_label
 from preemptscope.analysis.correlation import correlate, episodes
 from preemptscope.analysis.events import find_events
 from preemptscope.analysis.facts import capacity_facts, kind_frames
@@ -286,6 +286,7 @@ def analyze_deployment(inputs: DeploymentInputs, params: AnalysisParams) -> Depl
         events=events,
         client_runs=runs,
         group=inputs.group,
+        advice_check=None if plan.check is None else check_label(plan.check),
     )
 
 

@@ -410,6 +410,8 @@ def deployment_panel(d: DeploymentReport) -> Panel:
         parts.append(capacity)
     if d.advice:
         parts.append(Text("Advice, in the order to try it:", style="bold"))
+        if d.advice_check:
+            parts.append(Text(d.advice_check + "."))
         for a in d.advice:
             change = f"{a.flag}: {a.current or '?'} -> {a.suggested or 'lower'}" if a.flag else ""
             parts.append(

@@ -285,6 +285,9 @@ class DeploymentReport:
     client_runs: list[ClientRun] = field(default_factory=list)
     # Set when this deployment is one server of a group the user named (PATH=NAME).
     group: str | None = None
+    # The replay of now against what was observed, in fidelity's words ("Verified: the replay of
+    # now matches ..."), said once for every replayed advice item; null when nothing was replayed.
+    advice_check: str | None = None
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,11 @@ def verdict_card_html(dep: DeploymentReport) -> str:
             )
         parts.append("</tbody></table>")
     if dep.advice:
+        parts.append("<h3>What to do</h3>")
+        if dep.advice_check:  # the replay of now, once for every replayed item
+            parts.append(f'<p class="advice-check">{esc(dep.advice_check)}.</p>')
         parts.append(
-            '<h3>What to do</h3><table class="advice"><thead><tr><th>#</th><th>Action</th>'
+            '<table class="advice"><thead><tr><th>#</th><th>Action</th>'
             "<th>Flag</th><th>Current</th><th>Suggested</th><th>Why</th></tr></thead><tbody>"
         )
         for advice in sorted(dep.advice, key=lambda a: a.rank):
