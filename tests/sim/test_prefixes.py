@@ -11,11 +11,11 @@ import polars as pl
 import pytest
 from preemptscope.analysis.report import Capacity
 from preemptscope.analysis.sim.observed import (
-    PROMPT_HASHES,
     ReplayFrames,
     build_replay,
     hit_rate_note,
 )
+from preemptscope.analysis.sim.observed_prefixes import PROMPT_HASHES
 from preemptscope.analysis.sim.prefixes import (
     MAX_HASHED_BLOCKS,
     hashed_prefixes,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from preemptscope.analysis.sim.config import SimConfig
 from preemptscope.analysis.sim.engine import simulate
-from preemptscope.analysis.sim.observed import PROMPT_HASHES, log_prompt_hashes
+from preemptscope.analysis.sim.observed_prefixes import PROMPT_HASHES, log_prompt_hashes
 from preemptscope.analysis.sim.workload import LengthDist, Workload, synthetic
 from preemptscope.analysis.sim.writers import prompt_token_ids, render_log
 from preemptscope.ingest.logs import parse_path
