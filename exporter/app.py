@@ -4,63 +4,46 @@ In front of every route: the Host/Origin guard (DNS rebinding, CSRF), HEAD as GE
 access log (exporter/guards.py, exporter/accesslog.py).
 
 Every error, whatever raised it (404, 405, 413, 415, 422, 500, auth), has ONE JSON shape:
-`{"error": {"status": 404, "code": "not_found", "message": "...", "detail": ...}}`.
+`{"error": {"status": 404, "code": "not_found", "message": "...", "detail": ...}}`
+(exporter/api_errors.py). Uploads to /api/report are exporter/uploads.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import html
 import json
 import logging
 import math
-import tempfile
-import zlib
-from base64 import b64decode
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from preemptscope.analysis.analyze import analyze
-from preemptscope.analysis.params import AnalysisParams
 from preemptscope.analysis.report import DeploymentReport, Report
 from preemptscope.exporter.accesslog import AccessLog
+from preemptscope.exporter.api_errors import (
+    STATUS_CODES,
+    ApiError,
+    BodyLimit,
+    bearer_guard,
+    error_response,
+)
 from preemptscope.exporter.collector import build_registry, latest_window
 from preemptscope.exporter.guards import HeadAsGet, HostOriginGuard
 from preemptscope.exporter.live import Snapshot
 from preemptscope.exporter.models import DeploymentDetail, DeploymentList
+from preemptscope.exporter.uploads import UPLOAD_EXPANSION, report_from_uploads, upload_window
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from preemptscope import __version__
-from preemptscope.errors import PreemptscopeError
-from preemptscope.settings import parse_duration
 
 LOG = logging.getLogger("preemptscope.exporter.app")
 
-STATUS_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "invalid_request",
-    500: "internal_error",
-    503: "not_ready",
-}
-UPLOAD_PATHS = ("/api/report",)
-TEXT_SNIFF_BYTES = 64 * 1024
-# A .gz upload may expand to this many times --max-upload (vLLM logs compress ~10-20x).
-UPLOAD_EXPANSION = 16
-MAX_UPLOAD_WINDOW_S = 86400.0  # a day per window: beyond, nothing a report shows makes sense
 DOCS_CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 Readiness = bool | tuple[bool, dict[str, Any]]
 
@@ -69,113 +52,6 @@ class PrometheusText(PlainTextResponse):
     """The classic 0.0.4 text format: every Prometheus 2.x and 3.x reads it."""
 
     media_type = CONTENT_TYPE_PLAIN_0_0_4
-
-
-class ApiError(Exception):
-    """Raised by handlers; rendered in the one error shape."""
-
-    def __init__(self, status: int, message: str, detail: Any = None, code: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.detail = detail
-        self.code = code or STATUS_CODES.get(status, "error")
-
-
-def error_response(
-    status: int,
-    message: str,
-    detail: Any = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    body = {
-        "error": {
-            "status": status,
-            "code": code or STATUS_CODES.get(status, "error"),
-            "message": message,
-            "detail": detail,
-        }
-    }
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-class BodyLimit:
-    """ASGI middleware: refuse request bodies over `limit` bytes with 413, before parsing.
-
-    Checks Content-Length up front, and counts streamed (chunked) bodies as they arrive.
-    """
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
-        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
-    ) -> None:
-        if scope["type"] != "http" or scope["path"] not in UPLOAD_PATHS:
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await self._too_large(scope, receive, send)
-            return
-        seen = 0
-
-        async def counting_receive() -> MutableMapping[str, Any]:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge()
-            return message
-
-        try:
-            await self.app(scope, counting_receive, send)
-        except _TooLarge:
-            await self._too_large(scope, receive, send)
-
-    async def _too_large(self, scope: Any, receive: Any, send: Any) -> None:
-        response = error_response(
-            413,
-            f"request body larger than the limit of {self.limit} bytes"
-            " (raise it with --max-upload)",
-            detail={"limit_bytes": self.limit},
-        )
-        await response(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def bearer_guard(token: str | None) -> Callable[[Request], None]:
-    """A dependency that checks `Authorization: Bearer <token>` (or Basic with the token as
-    password, so a browser can log in to the dashboard). No token configured: open."""
-
-    def check(request: Request) -> None:
-        if token is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, value = header.partition(" ")
-        given = ""
-        if scheme.lower() == "bearer":
-            given = value.strip()
-        elif scheme.lower() == "basic":
-            with contextlib.suppress(ValueError, UnicodeDecodeError):
-                given = b64decode(value.strip(), validate=True).decode().partition(":")[2]
-        if not given or not hmac.compare_digest(given.encode(), token.encode()):
-            raise ApiError(
-                401,
-                "missing or wrong bearer token (send 'Authorization: Bearer <token>')",
-            )
-
-    return check
 
 
 def _finite(value: Any) -> Any:
@@ -444,8 +320,8 @@ def create_app(
             raise ApiError(422, f"unknown form field(s) {', '.join(unknown)}; use log / bench")
         if not logs and not benches:
             raise ApiError(422, "no file uploaded: send at least one 'log' or 'bench' file")
-        window_value = _window(form.get("window"), window_s)
-        return await _report_from_uploads(
+        window_value = upload_window(form.get("window"), window_s)
+        return await report_from_uploads(
             logs, benches, window_value, max_inflated=UPLOAD_EXPANSION * max_upload
         )
 
@@ -456,21 +332,6 @@ def create_app(
     if access_log:
         app.add_middleware(AccessLog, secrets=(token,) if token else ())
     return app
-
-
-def _window(raw: Any, default: float) -> float:
-    """The `window` form field: seconds or a duration (30s, 5m); finite, > 0, at most a day."""
-    if raw is None or raw == "":
-        return default
-    if not isinstance(raw, str):
-        raise ApiError(422, "window: expected a form value, not a file")
-    try:
-        value = parse_duration(raw)
-    except ValueError as exc:
-        raise ApiError(422, f"window: {exc}") from None
-    if value > MAX_UPLOAD_WINDOW_S:
-        raise ApiError(422, f"window: at most {MAX_UPLOAD_WINDOW_S:g} s (a day), got {raw!r}")
-    return value
 
 
 def _docs_page(spec: dict[str, Any]) -> str:
@@ -498,113 +359,3 @@ def _docs_page(spec: dict[str, Any]) -> str:
         + "".join(rows)
         + "</table></body></html>"
     )
-
-
-async def _report_from_uploads(
-    logs: list[UploadFile], benches: list[UploadFile], window_s: float, *, max_inflated: int
-) -> Any:
-    from starlette.concurrency import run_in_threadpool
-
-    with tempfile.TemporaryDirectory(prefix="preemptscope-upload-") as tmp:
-        log_paths = [await _save(upload, Path(tmp), "log", i) for i, upload in enumerate(logs)]
-        bench_paths = [
-            await _save(upload, Path(tmp), "bench", i) for i, upload in enumerate(benches)
-        ]
-        # One budget for all uploads: a gzip bomb must not become gigabytes to parse.
-        budget = [max_inflated]
-        log_paths = [await run_in_threadpool(_inflate, s, budget) for s in log_paths]
-        bench_paths = [await run_in_threadpool(_inflate, s, budget) for s in bench_paths]
-        return await run_in_threadpool(_analyze_files, log_paths, bench_paths, window_s)
-
-
-def _inflate(spec: str, budget: list[int]) -> str:
-    """A gzip upload, decompressed into a plain file with at most `budget[0]` bytes (shared by
-    the request's uploads); 413 beyond. Plain uploads are returned as they are."""
-    path_text, _, name = spec.rpartition("=")
-    path = Path(path_text)
-    with path.open("rb") as handle:
-        if handle.read(2) != b"\x1f\x8b":
-            return spec
-    # Beside the upload, under the same `N-name` (without .gz): _strip_tmp shows the name.
-    inflated = path.parent / "preemptscope-upload-inflated"
-    inflated.mkdir(exist_ok=True)
-    target = inflated / path.name.removesuffix(".gz")
-    limit = budget[0]
-    decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    written = 0
-    try:
-        with path.open("rb") as source, target.open("wb") as out:
-            while raw := source.read(1 << 20):
-                while raw:
-                    # max_length bounds each step (a bomb expands 1000-fold); members are
-                    # concatenated gzip streams, as `cat a.gz b.gz` makes.
-                    data = decoder.decompress(raw, limit + 1 - written)
-                    written += len(data)
-                    if written > limit:
-                        raise ApiError(
-                            413,
-                            f"{_client_name(path)}: more than {limit} bytes once decompressed"
-                            " (raise --max-upload, or upload fewer or smaller files)",
-                            detail={"limit_bytes": limit},
-                        )
-                    out.write(data)
-                    if decoder.eof:
-                        raw = decoder.unused_data
-                        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    else:
-                        raw = decoder.unconsumed_tail
-    except zlib.error as exc:
-        raise ApiError(422, f"{_client_name(path)}: broken gzip data ({exc})") from None
-    path.unlink()
-    budget[0] -= written
-    return f"{target}={name}"
-
-
-def _client_name(path: Path) -> str:
-    return path.name.split("-", 1)[-1]
-
-
-async def _save(upload: UploadFile, directory: Path, kind: str, index: int) -> str:
-    """Write an upload to a temp file named after a sanitised client file name."""
-    name = Path(upload.filename or f"{kind}{index}").name
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100] or kind
-    path = directory / f"{index}-{safe}"
-    head = await upload.read(TEXT_SNIFF_BYTES)
-    if b"\x00" in head and not head.startswith(b"\x1f\x8b"):
-        raise ApiError(415, f"{name}: binary content, expected a text log or JSON (or .gz)")
-    if (
-        kind == "bench"
-        and not head.lstrip().startswith((b"{", b"["))
-        and not name.endswith((".csv", ".jsonl"))
-    ):
-        raise ApiError(415, f"{name}: expected bench results as JSON, JSONL or CSV")
-    with path.open("wb") as handle:
-        handle.write(head)
-        while chunk := await upload.read(1 << 20):
-            handle.write(chunk)
-    # The deployment is the uploaded file's stem, as for `preemptscope report FILE`.
-    stem = Path(safe).name.split(".")[0] or kind
-    return f"{path}={stem}"
-
-
-def _analyze_files(log_specs: list[str], bench_specs: list[str], window_s: float) -> Any:
-    from preemptscope.inputs import load_inputs
-
-    try:
-        inputs = load_inputs(log_specs, (), bench_specs)
-        report = analyze(inputs, AnalysisParams(window_s=window_s))
-    except PreemptscopeError as exc:
-        raise ApiError(422, _strip_tmp(str(exc))) from None
-    body = report.to_dict()
-    for source in body.get("sources", []):
-        source["path"] = _strip_tmp(source.get("path", ""))
-    for deployment in body.get("deployments", []):
-        deployment["sources"] = [_strip_tmp(p) for p in deployment.get("sources", [])]
-    return body
-
-
-def _strip_tmp(text: str) -> str:
-    """Show the client's file name, not our temp path."""
-    import re
-
-    return re.sub(r"/\S*preemptscope-upload-[^/\s]+/\d+-", "", text)
