@@ -20,7 +20,7 @@ from preemptscope.exporter.live import LiveState, Snapshot
 from preemptscope.exporter.promsource import PrometheusSource
 from preemptscope.exporter.state import StateStore
 from preemptscope.ingest.logs import ParseOptions, ParseState, parse_lines
-from preemptscope.ingest.metrics import scrape_once
+from preemptscope.ingest.scrape import scrape_once
 
 from preemptscope.errors import PreemptscopeError
 from preemptscope.settings import LogTarget, ScrapeTarget, ServeSettings

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 import polars as pl
-from preemptscope.ingest import archive, bench, metrics, sniff
+from preemptscope.ingest import archive, bench, metrics, scrape, sniff
 from preemptscope.ingest.gathered import DeploymentInputs, SourceSummary
 from preemptscope.ingest.logs import ParseOptions, iter_log_paths
 from preemptscope.ingest.names import split_spec, stem
@@ -231,8 +231,8 @@ def archive_summary(frames: LogFrames, name: str) -> SourceSummary:
 
 def _read_metrics(spec: str, name: str, opts: LoadOptions) -> pl.DataFrame:
     if spec.startswith(("http://", "https://")):
-        return metrics.scrape_once(spec, timeout=opts.scrape_timeout_s, deployment=name)
-    return metrics.read_metrics_path(spec, deployment=name)
+        return scrape.scrape_once(spec, timeout=opts.scrape_timeout_s, deployment=name)
+    return scrape.read_metrics_path(spec, deployment=name)
 
 
 def _skipped(frames: LogFrames, name: str, path: str) -> tuple[str, SourceSummary]:

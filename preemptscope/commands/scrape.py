@@ -26,7 +26,8 @@ import httpx
 
 from preemptscope.commands.report import parse_duration  # one duration syntax for all commands
 from preemptscope.errors import ConfigError, InputError, ScrapeError
-from preemptscope.ingest.metrics import PREFIXES, fetch_metrics_text, parse_metrics_text
+from preemptscope.ingest.metrics import PREFIXES, parse_metrics_text
+from preemptscope.ingest.scrape import fetch_metrics_text
 
 
 @dataclass

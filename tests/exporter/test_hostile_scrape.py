@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from preemptscope.ingest.metrics import fetch_metrics_text
+from preemptscope.ingest.scrape import fetch_metrics_text
 
 from preemptscope.errors import ScrapeError
 from tests.exporter.conftest import metric_value, running_service, wait_for

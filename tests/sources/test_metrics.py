@@ -12,14 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 from preemptscope.analysis.latency import counter_increases, histogram_window_stats
-from preemptscope.ingest.metrics import (
-    canonical_name,
-    parse_metrics_text,
-    read_metrics_path,
-    snapshot_notes,
-    timestamp_from_name,
-)
+from preemptscope.ingest.metrics import canonical_name, parse_metrics_text, snapshot_notes
 from preemptscope.ingest.schema import METRIC_SAMPLES
+from preemptscope.ingest.scrape import read_metrics_path, timestamp_from_name
 
 from preemptscope.errors import InputError
 

@@ -13,7 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from preemptscope.ingest.metrics import read_metrics_path, snapshot_notes
+from preemptscope.ingest.metrics import snapshot_notes
+from preemptscope.ingest.scrape import read_metrics_path
 
 from preemptscope.cli import main
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from preemptscope.ingest.metrics import read_metrics_path, scrape_once
+from preemptscope.ingest.scrape import read_metrics_path, scrape_once
 
 from preemptscope.cli import main
 from preemptscope.commands.scrape import record
