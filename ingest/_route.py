@@ -162,8 +162,6 @@ _CLAIM, _CASCADE, _PER_LINE = 0, 1, 2
 # A vLLM header opening the line after the common prefixes (docker's time, a process prefix):
 # no envelope can start in front of it.
 _HEADER_OPENS = _LINE_OPENING + f"(?:(?:{'|'.join(cat.LEVELS)}) )?" + cat.HEADER_CORE
-# The text in front of a line's first header (a lazy run: the first header's start).
-_BEFORE_HEADER = f"^([^\n]*?){cat.HEADER_CORE}"
 _OWN_LEVEL = f"(?:{'|'.join(cat.LEVELS)}) $"
 # In front of the header, what may start another envelope (every foreign envelope and
 # uvicorn's hold a level word) or a request's text (_envelope.envelope reads the header as
@@ -198,8 +196,13 @@ def _header_not_first(text: pl.Series, headers: pl.Series) -> pl.Series:
     odd = _cues.both(headers > 0, text, lambda sub: ~sub.str.contains(_HEADER_OPENS))
 
     def in_front(sub: pl.Series) -> pl.Series:
-        before = sub.str.extract(_BEFORE_HEADER, 1).str.replace(_OWN_LEVEL, "")
-        return before.str.contains(_NOT_FIRST).fill_null(False)
+        # The first header's start by the DFA (`find`), the text before it a byte slice: a
+        # capture of the lazy run in front (`^([^\n]*?)<header>`) cost ~27 ns a byte of 100 KB
+        # lines, 5x a normal log per MB.
+        at = sub.str.find(cat.HEADER_CORE)
+        head = pl.lit(sub).cast(pl.Binary).bin.slice(0, at).cast(pl.String)
+        before = pl.select(pl.when(at.is_not_null()).then(head)).to_series()
+        return before.str.replace(_OWN_LEVEL, "").str.contains(_NOT_FIRST).fill_null(False)
 
     return _cues.both(odd, text, in_front)
 
