@@ -3,7 +3,9 @@
 Each input is what a user of the LLM service can put into a log through a prompt (vLLM logs
 prompts with repr in `Received request ...: prompt: '...'`) or a request's query string
 (uvicorn logs it raw in the access line), or what a damaged or hostile file holds.
-`lines(name, size)` gives about `size` bytes of physical lines of one class.
+`lines(name, size)` gives about `size` bytes of physical lines of one class. What each class
+costs, before and after the work it prompted, is in docs/benchmarks.md (adversarial inputs
+per MB); the docstrings say what makes a class hard, not what it costs.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ def config_line(size: int) -> list[str]:
 
 
 def non_default_args(size: int) -> list[str]:
-    """64 KB `non-default args: {...}` dict literals (a parser of the whole literal costs
-    ~0.45 us a byte)."""
+    """64 KB `non-default args: {...}` dict literals (a parser of the whole literal pays for
+    every byte of it)."""
     per = min(size, 64_000)
     body = "{'model': 'm', " + _repeat("'k': [1, 'a', (2, 3)], 'max_num_seqs': 8, ", per) + "}"
     line = f"INFO 01-15 14:00:00 [cli_args.py:325] non-default args: {body}"
@@ -119,14 +121,14 @@ def json_deep(size: int) -> list[str]:
 
 def access_query(size: int) -> list[str]:
     """Access lines whose query string holds `LEVEL:name:msg` (the client writes the query;
-    uvicorn logs it raw): each read per line as a foreign envelope cost ~25x a normal line."""
+    uvicorn logs it raw): a `LEVEL:` in the path looks like a foreign envelope."""
     unit = '(APIServer pid=1) INFO:     10.0.1.2:3333 - "GET /v1/models?INFO:a:b HTTP/1.1" 200 OK'
     return [unit for _ in range(max(1, size // (len(unit) + 1)))]
 
 
 def access_client(size: int) -> list[str]:
     """Access lines whose client (the last X-Forwarded-For entry, behind a proxy uvicorn
-    trusts) holds spaces and level words: each read per line cost ~15x a normal line."""
+    trusts) holds spaces and level words, which look like another envelope."""
     unit = '(APIServer pid=1) INFO:     x WARNING:vllm:y z:0 - "GET /v1/models HTTP/1.1" 200 OK'
     return [unit for _ in range(max(1, size // (len(unit) + 1)))]
 
@@ -138,8 +140,8 @@ def junk(size: int) -> list[str]:
 
 
 def carriage(size: int) -> list[str]:
-    """`a\rb`: lines with a carriage return inside (tqdm-like output without a record): each
-    read per line cost ~14x a normal line."""
+    """`a\rb`: lines with a carriage return inside (tqdm-like output without a record), read
+    as their text after the last `\r`."""
     unit = "a\rb"
     return [unit for _ in range(max(1, size // (len(unit) + 1)))]
 
@@ -153,9 +155,31 @@ def short_lines(size: int) -> list[str]:
 
 def progress_bars(size: int) -> list[str]:
     """tqdm bars a line each (offline inference writing its progress to the log): plain
-    output, each read per line cost ~30x a normal line."""
+    output, an `other` row each, that may also be a record's tail."""
     unit = "Processed prompts:  90%|#########| 90/100 [00:09<00:10, 9.9it/s]"
     return [unit for _ in range(max(1, size // (len(unit) + 1)))]
+
+
+def progress_varied(size: int) -> list[str]:
+    """vLLM's `Processed prompts` bars as a run writes them, a line each: percent, counts, times
+    and rates differ from line to line (no text repeats, so no cache of texts helps)."""
+    out: list[str] = []
+    total, i = 0, 0
+    while total < size:
+        done = i % 100_001
+        pct = done // 1_000
+        bar = ("█" * (pct // 10) + ("▍" if pct % 10 >= 5 else "")).ljust(10)
+        rate = (i * 7_919) % 100_000 / 100
+        line = (
+            f"Processed prompts: {pct:3d}%|{bar}| {done}/100000"
+            f" [{i // 3_600 % 60:02d}:{i // 60 % 60:02d}<{i % 60:02d}:{i * 7 % 60:02d},"
+            f" {rate:.2f}it/s, est. speed input: {rate * 31:.2f} toks/s,"
+            f" output: {rate * 17:.2f} toks/s]"
+        )
+        out.append(line)
+        total += len(line.encode()) + 1
+        i += 1
+    return out
 
 
 def redraws(size: int) -> list[str]:
@@ -187,6 +211,7 @@ CLASSES: dict[str, Callable[[int], list[str]]] = {
     "carriage": carriage,
     "short_lines": short_lines,
     "progress_bars": progress_bars,
+    "progress_varied": progress_varied,
     "redraws": redraws,
 }
 

@@ -35,7 +35,7 @@ ESCLESS_LIT = "|".join(re.escape(literal) for literal in _ANSI_LITERALS[1:])
 # may follow it); elsewhere a date names nobody.
 # Looked for in parts, each only where the ones before found nothing (either): one
 # alternation of all with the date cost 2-3 ms a MB on `[` and `01-` runs.
-_ENVELOPE_LITERALS = r"pid=|\[rank|DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
+ENVELOPE_LITERALS = r"pid=|\[rank|DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
 SYSLOG_PID = r"\[[0-9]+\]: "  # syslog's `python3[28059]: `
 # What the per-line path reads at the start of a line as an envelope: a JSON object (even a
 # broken one) or a container timestamp (ASCII digits, as cat.WRAPPER_TS has them).
@@ -136,7 +136,7 @@ def colour_code(text: pl.Series) -> pl.Series:
 # Every literal one of the checks of `readable` needs (each pattern's own gate; PLAIN_CUE's
 # `^~` apart): one scan of them settles a line of noise (the checks in turn cost ~2.7 ms a MB
 # on such lines, most of it one scan each and the gathers between them).
-_READABLE_LITERALS = "|".join((_ENVELOPE_LITERALS, r"\]: ", r"\|  ", PLAIN_LITERALS))
+_READABLE_LITERALS = "|".join((ENVELOPE_LITERALS, r"\]: ", r"\|  ", PLAIN_LITERALS))
 
 
 def readable(bare: pl.Series) -> pl.Series:
@@ -171,10 +171,10 @@ def readable(bare: pl.Series) -> pl.Series:
 
 
 def envelope_cue(text: pl.Series) -> pl.Series:
-    """Lines the per-line path may read as output of their own (see _ENVELOPE_LITERALS)."""
+    """Lines the per-line path may read as output of their own (see ENVELOPE_LITERALS)."""
     return either(
         text,
-        lambda sub: sub.str.contains(_ENVELOPE_LITERALS),
+        lambda sub: sub.str.contains(ENVELOPE_LITERALS),
         lambda sub: gated(sub, "]: ", SYSLOG_PID),
     )
 
@@ -202,7 +202,7 @@ def as_cleaned(prev: pl.Series) -> pl.Series:
 
 
 # Every literal one of KIND_LIT and envelope_cue needs.
-_CUED_LITERALS = "|".join((KIND_LIT, _ENVELOPE_LITERALS, r"\]: "))
+_CUED_LITERALS = "|".join((KIND_LIT, ENVELOPE_LITERALS, r"\]: "))
 
 
 def may_be_continued(prev: pl.Series) -> pl.Series:

@@ -45,6 +45,7 @@ EXPECTED = {
     "carriage": {"unrecognized"},
     "short_lines": {"unrecognized"},
     "progress_bars": {"other"},
+    "progress_varied": {"other"},
     "redraws": {"other"},
 }
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from hypothesis import given, settings
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from preemptscope.ingest import prompts
 from preemptscope.ingest.prompts import block_hashes
 from preemptscope.ingest.reduce import reduce_paths
 
@@ -206,3 +208,34 @@ def test_any_prompt_and_stop_text_leave_the_real_ids(
     got = rows(tmp, [V0.format(sec=1, rid="a", prompt=prompt, stop=stop, ids=ids(tokens))])
     assert got[1]["prompt_block_hashes"] == expected(tokens)
     assert got[1]["prompt_tokens"] == len(tokens)
+
+
+@settings(max_examples=60, deadline=None)
+@example(lists=[list(range(40)), list(range(50)), None, list(range(4_100))], window=1 << 20)
+@given(
+    lists=st.lists(
+        st.one_of(
+            st.none(),
+            st.lists(st.integers(0, 10**9), max_size=80),
+            # Lengths around block and list bounds, with ids of every width.
+            st.sampled_from([0, 15, 16, 17, 33, 100, 4_095, 4_096, 4_111, 4_200]).map(
+                lambda n: [i * 7_919 % 10**6 for i in range(n)]
+            ),
+        ),
+        max_size=8,
+    ),
+    window=st.sampled_from([1, 7, 64, 1_000, 1 << 20]),
+)
+def test_hashes_cut_by_windows_of_rows_match_the_documented_ones(
+    lists: list[list[int] | None], window: int
+) -> None:
+    """chained_hashes cuts the blocks a window of rows at a time (prompts._WINDOW bytes,
+    about): any window gives each list its documented hashes and its count of ids."""
+    text = pl.Series(
+        [None if x is None else ", ".join(map(str, x)) for x in lists], dtype=pl.String
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prompts, "_WINDOW", window)
+        hashes, count = prompts.chained_hashes(text)
+    assert hashes.to_list() == [expected(x or []) for x in lists]
+    assert count.to_list() == [len(x or []) for x in lists]

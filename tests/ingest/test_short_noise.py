@@ -134,28 +134,31 @@ def test_bulk_and_cascade_agree_across_batches(first: list[str], second: list[st
 
     def parsed(on: bool) -> list[Any]:
         with _bulk(on):
-            state = ParseState()
-            out: list[Any] = []
-            for number, batch in ((1, first), (len(first) + 1, second)):
-                frames = parse_lines(
-                    batch,
-                    source="r",
-                    deployment="r",
-                    first_line=number,
-                    options=OPTIONS,
-                    state=state,
-                    final=batch is second,
-                )
-                acc = frames.accounting
-                out.append((acc.lines, acc.parsed_lines, acc.unrecognized_lines, acc.blank_lines))
-                out.extend(
-                    frame.to_dicts()
-                    for kind, frame in sorted(frames.frames.items())
-                    if frame.height
-                )
-            return out
+            return in_batches(first, second)
 
     assert parsed(True) == parsed(False)
+
+
+def in_batches(first: list[str], second: list[str]) -> list[Any]:
+    """Totals and rows of `first` and `second` parsed as two batches of one file."""
+    state = ParseState()
+    out: list[Any] = []
+    for number, batch in ((1, first), (len(first) + 1, second)):
+        frames = parse_lines(
+            batch,
+            source="r",
+            deployment="r",
+            first_line=number,
+            options=OPTIONS,
+            state=state,
+            final=batch is second,
+        )
+        acc = frames.accounting
+        out.append((acc.lines, acc.parsed_lines, acc.unrecognized_lines, acc.blank_lines))
+        out.extend(
+            frame.to_dicts() for kind, frame in sorted(frames.frames.items()) if frame.height
+        )
+    return out
 
 
 def test_the_bulk_path_settles_short_noise(monkeypatch: pytest.MonkeyPatch) -> None:
