@@ -69,9 +69,25 @@ def verdicts(listing: dict[str, Any]) -> dict[str, str]:
     return {d["name"]: d["verdict"] for d in listing["deployments"]}
 
 
+def deployment(url: str, name: str) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"{url}/api/deployments/{name}", timeout=10).json()
+    return body
+
+
+def settled_windows(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Windows with data whose every line was read before the analysis that served them. The
+    writer stamps whole seconds about a second apart and the follower polls every 0.1 s, so a
+    window's last line can be read a second or more after its end on a loaded machine: 3 s."""
+    settled = datetime.fromisoformat(body["generated_at"]) - timedelta(seconds=3)
+    return [
+        w
+        for w in body["windows"]
+        if (w["samples"] or w["preemptions"]) and datetime.fromisoformat(w["end"]) <= settled
+    ]
+
+
 def windows(url: str, name: str) -> list[dict[str, Any]]:
-    body = httpx.get(f"{url}/api/deployments/{name}", timeout=10).json()
-    return [w for w in body["windows"] if w["samples"] or w["preemptions"]]
+    return [w for w in deployment(url, name)["windows"] if w["samples"] or w["preemptions"]]
 
 
 class LogWriter(threading.Thread):
@@ -112,9 +128,15 @@ def test_kill_9_keeps_the_verdict_and_the_window_gauges(tmp_path: Path) -> None:
                     )
 
                 wait_for(over_for_both, timeout=90, interval=0.5)
+                served: dict[str, dict[str, Any]] = {}
+
+                def two_settled_each() -> bool:
+                    served.update({n: deployment(url, n) for n in ("over", "logged", "ok")})
+                    return all(len(settled_windows(body)) >= 2 for body in served.values())
+
+                wait_for(two_settled_each, timeout=60, interval=0.5)
                 time.sleep(1.5)  # a checkpoint after the latest scrape
-                read_at = datetime.now(UTC)
-                before = {name: windows(url, name) for name in ("over", "logged", "ok")}
+                before = {name: settled_windows(body) for name, body in served.items()}
                 listing = client.get("/api/deployments").json()
             # What came in after the last checkpoint (at most a second or two before the
             # kill) is not in the history; the windows compared below ended well before.
@@ -136,11 +158,8 @@ def test_kill_9_keeps_the_verdict_and_the_window_gauges(tmp_path: Path) -> None:
                 counted = metric_value(text, "preemptscope_window_preemptions", deployment=name)
                 assert counted is not None, name
             # Every window that had ended before the kill reads the same after the restart.
-            for name, old in before.items():
+            for name, ended in before.items():
                 new = {w["start"]: w for w in windows(url, name)}
-                # Windows complete when read (a second after their end) and checkpointed.
-                settled = read_at - timedelta(seconds=1)
-                ended = [w for w in old if datetime.fromisoformat(w["end"]) <= settled]
                 assert len(ended) >= 2, name
                 for window in ended:
                     again = new[window["start"]]
