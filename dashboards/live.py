@@ -51,19 +51,27 @@ def has_data(window: Window) -> bool:
     return window.samples > 0 or window.kv_usage_max is not None or bool(window.preemptions)
 
 
-def window_split(
-    dep: DeploymentReport, now: datetime | None
-) -> tuple[Window | None, Window | None]:
-    """(the last complete window holding data, the window still filling at `now`).
+def complete_before(report: Report, deployment: str) -> datetime | None:
+    """A deployment's windows ending at or before this hold every record they will get: the
+    live service's `complete_before` (its inputs are read only that far), else the report's
+    time (every input read to then; None for a batch report without one: all complete)."""
+    cuts = report.parameters.get("complete_before")
+    cut = cuts.get(deployment) if isinstance(cuts, dict) else None
+    return datetime.fromisoformat(cut) if isinstance(cut, str) else report.generated_at
 
-    Gauges and headline numbers describe complete windows: the filling one changes with
-    every record until its end and has no count yet right after a boundary. `now` None (a
-    batch report) makes every window complete.
+
+def window_split(dep: DeploymentReport, report: Report) -> tuple[Window | None, Window | None]:
+    """(the last complete window holding data, the window still filling).
+
+    Gauges and headline numbers describe complete windows: a window still filling changes
+    with every record, and one just ended can still get lines stamped in its last second or
+    a scrape started before its end. A batch report (no time) makes every window complete.
     """
+    now, cut = report.generated_at, complete_before(report, dep.name)
     filling: Window | None = None
     for window in reversed(dep.windows):
-        if now is not None and window.end > now:
-            if filling is None and window.start <= now and has_data(window):
+        if cut is not None and window.end > cut:
+            if filling is None and now is not None and window.start <= now and has_data(window):
                 filling = window
             continue
         if has_data(window):
@@ -91,7 +99,7 @@ def deployment_summaries(report: Report) -> list[dict[str, Any]]:
     last complete window, beside the one filling)."""
     rows = []
     for dep in report.deployments:
-        last, filling = window_split(dep, report.generated_at)
+        last, filling = window_split(dep, report)
         rows.append(
             {
                 "name": dep.name,

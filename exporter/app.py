@@ -82,7 +82,7 @@ def _deployment_json(report: Report, deployment: DeploymentReport, snap: Snapsho
 
 def _live_json(deployment: DeploymentReport, snap: Snapshot) -> dict[str, Any]:
     totals = snap.totals.get(deployment.name)
-    window = latest_window(deployment, snap.report.generated_at if snap.report else None)
+    window = latest_window(deployment, snap.report) if snap.report else None
     return {
         "over_capacity": deployment.verdict.state == "over_capacity",
         "model_name": snap.model_names.get(deployment.name) or deployment.capacity.model,

@@ -9,10 +9,9 @@ has data (never the one still filling), so a series stays put through a window b
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from typing import Any
 
-from preemptscope.analysis.report import DeploymentReport, Window
+from preemptscope.analysis.report import DeploymentReport, Report, Window
 from preemptscope.dashboards.live import window_split
 from preemptscope.exporter.live import PREEMPTION_SOURCES, Snapshot
 from prometheus_client import CollectorRegistry
@@ -30,10 +29,10 @@ VERDICT_STATES = ("ok", "at_risk", "over_capacity", "insufficient_data")
 ROTATION_KINDS = ("rename", "copytruncate", "truncate", "missing")
 
 
-def latest_window(deployment: DeploymentReport, now: datetime | None) -> Window | None:
-    """The last complete window holding data: gauges never describe the window still filling
-    (it swings with every record and has no count right after its start)."""
-    return window_split(deployment, now)[0]
+def latest_window(deployment: DeploymentReport, report: Report) -> Window | None:
+    """The last complete window holding data: gauges never describe a window that can still
+    change (dashboards/live.py window_split)."""
+    return window_split(deployment, report)[0]
 
 
 class SnapshotCollector:
@@ -198,7 +197,7 @@ def _analysis_families(snap: Snapshot) -> Iterator[Metric]:
         over.add_metric(values, 1.0 if state == "over_capacity" else 0.0)
         verdict.add_metric(values, {s: s == state for s in VERDICT_STATES})
         gauges["preemptscope_window_seconds"].add_metric(values, window_s)
-        window = latest_window(deployment, report.generated_at)
+        window = latest_window(deployment, report)
         if window is None:
             continue
         _add(gauges["preemptscope_kv_cache_usage_ratio"], values, window.kv_usage_mean)

@@ -158,6 +158,9 @@ class LiveState:
         self._metrics: dict[str, list[pl.DataFrame]] = {}
         self._scrapes: dict[str, ScrapeStatus] = {}
         self._model_names: dict[str, str] = {}
+        # Per input, its deployment and the earliest stamp anything it adds later can carry:
+        # a deployment's window that ends at or before all its marks has all its records.
+        self._marks: dict[str, tuple[str, datetime]] = {}
         latest = saved.get("latest_data")
         if isinstance(latest, (int, float)):
             self._latest_data = datetime.fromtimestamp(float(latest), UTC)
@@ -287,6 +290,19 @@ class LiveState:
             self._version += 1
             self._changes += 1
 
+    # -- how far the inputs are read ---------------------------------------------------
+
+    def mark_input(self, key: str, deployment: str, earliest: datetime) -> None:
+        """Input `key` of `deployment` may still add records stamped at `earliest` or later,
+        none before."""
+        with self._lock:
+            self._marks[key] = (deployment, earliest)
+
+    def unmark_input(self, key: str) -> None:
+        """Input `key` is idle: what it adds next is stamped after the analysis that reads it."""
+        with self._lock:
+            self._marks.pop(key, None)
+
     # -- analysis ------------------------------------------------------------------------
 
     def take_dirty(self) -> bool:
@@ -321,6 +337,10 @@ class LiveState:
                 )
             metrics = {name: list(parts) for name, parts in self._metrics.items()}
             names = list(dict.fromkeys([*self._order, *self.totals]))
+            # Taken with the frames: the windows these frames complete.
+            complete_before: dict[str, datetime] = {}
+            for owner, earliest in self._marks.values():
+                complete_before[owner] = min(earliest, complete_before.get(owner, moment), moment)
         inputs = []
         for name in names:
             frames = [b for (dep, _), batches in logs.items() if dep == name for b in batches]
@@ -336,7 +356,7 @@ class LiveState:
             )
         params = AnalysisParams(window_s=self._window_s, now=moment, **self._params)
         report = analyze(inputs, params)
-        report = _with_time(report, moment)
+        report = _with_time(report, moment, complete_before)
         elapsed = time.perf_counter() - started
         with self._lock:
             models = dict(self._model_names)
@@ -438,10 +458,12 @@ def _copy_status(status: ScrapeStatus) -> ScrapeStatus:
     return ScrapeStatus(**vars(status))
 
 
-def _with_time(report: Report, moment: datetime) -> Report:
-    from dataclasses import replace
-
-    return replace(report, generated_at=moment)
+def _with_time(report: Report, moment: datetime, complete_before: dict[str, datetime]) -> Report:
+    """The report at `moment`; `complete_before` holds, for each deployment whose inputs are
+    not read up to `moment`, the time they are read up to."""
+    cut = {name: at.isoformat() for name, at in sorted(complete_before.items()) if at < moment}
+    parameters = {**report.parameters, "complete_before": cut}
+    return dataclasses.replace(report, generated_at=moment, parameters=parameters)
 
 
 def _log_source(frames: LogFrames) -> SourceSummary:

@@ -102,6 +102,7 @@ class ReportHtmlCache:
             content = report.to_dict()
             content.pop("generated_at", None)
             content.get("parameters", {}).pop("now", None)
+            content.get("parameters", {}).pop("complete_before", None)
             key = hashlib.sha256(
                 json.dumps(content, sort_keys=True, default=str).encode()
             ).hexdigest()
@@ -216,7 +217,7 @@ def build_router(
             if span is not None and dep.windows:
                 since = dep.windows[-1].end - span  # relative to the data, not the wall clock
             data = figures_json(dep, since=since)
-            complete, filling = window_split(dep, report.generated_at)
+            complete, filling = window_split(dep, report)
             data["complete_window"] = window_json(complete)
             data["filling_window"] = window_json(filling)
             body = script_json(data).encode()

@@ -54,6 +54,8 @@ class PrometheusSource:
             LOG.warning("discovery on %s failed: %s", self.url, exc)
             return 0
         read = 0
+        for gone in set(self._read_until) - {server.name for server in servers}:
+            live.unmark_input(f"prometheus\t{gone}")  # aged out: nothing more will come
         for server in servers:
             since = max(self._read_until.get(server.name, window.start), window.start)
             began = time.perf_counter()
@@ -76,6 +78,8 @@ class PrometheusSource:
             newest = frame["timestamp"].max()
             if isinstance(newest, datetime):
                 self._read_until[server.name] = newest
+                # The next poll reads after `newest`: the server's windows up to it are done.
+                live.mark_input(f"prometheus\t{server.name}", server.name, newest)
             live.add_scrape(
                 item.sources[0].path,
                 server.name,

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from preemptscope.analysis.params import AnalysisParams
@@ -38,6 +38,13 @@ WRAP_WAIT_S = 0.25
 PARSE_EVERY_S = 0.5
 PARSE_MAX_LINES = 50_000
 WARMUP_INTERVAL_S = 1.0
+STAMP_RESOLUTION_S = 1.0  # vLLM's log stamps are whole seconds
+# The first analysis waits (this long at most) for the first parse of the logs: until then
+# no window of a followed log counts as complete, so the gauges would start empty.
+FIRST_PARSE_WAIT_S = 10.0
+
+
+_NOTHING_READ = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass
@@ -63,6 +70,8 @@ class Service:
         }
         self._started = False
         self._ready = threading.Event()
+        self._logs_parsed = threading.Event()  # every log is read once, nothing held back
+        self._logs_marked: set[str] = set()
         # Held while lines are parsed and while a checkpoint is taken: a checkpoint sees the
         # follower offsets of exactly the lines its totals and history hold.
         self._checkpoint_lock = threading.RLock()
@@ -112,6 +121,8 @@ class Service:
                 on_rotation=self._rotation_handler(target.deployment),
             )
             self._followed.append(_Followed(target, follower, {}))
+            # Nothing of the file is read yet: none of its windows is complete.
+            self.live.mark_input(f"log\t{target.path}", target.deployment, _NOTHING_READ)
             if checkpoint is not None:
                 # Until the first parse, a checkpoint keeps where the last run stopped (a file
                 # without one stays absent: a restart then starts it as --start-at says).
@@ -194,7 +205,7 @@ class Service:
         _name_os_thread("ps-follow")
         last_parse = 0.0
         while not self._stop.is_set():
-            started = time.monotonic()
+            started, began = time.monotonic(), datetime.now(UTC)
             for followed in self._followed:
                 try:
                     self.read_once(followed)
@@ -207,10 +218,27 @@ class Service:
                 with self._checkpoint_lock:
                     self.parse_buffered()
                     self._mark_parsed()
+                self._mark_logs_read(began)
                 last_parse = started
                 self.maybe_checkpoint()
             elapsed = time.monotonic() - started
             self._stop.wait(max(0.0, self.settings.poll_interval - elapsed))
+
+    def _mark_logs_read(self, began: datetime) -> None:
+        """Every line written before `began` is a record now, unless held back as a possible
+        wrap half. Stamps are whole seconds, so a line written later can carry the second
+        before: its window counts as complete a second after its end."""
+        assert self.live is not None
+        for followed in self._followed:
+            if not any(state.pending for state, _ in followed.states.values()):
+                self.live.mark_input(
+                    f"log\t{followed.target.path}",
+                    followed.target.deployment,
+                    began - timedelta(seconds=STAMP_RESOLUTION_S),
+                )
+                self._logs_marked.add(followed.target.path)
+        if len(self._logs_marked) == len(self._followed):
+            self._logs_parsed.set()
 
     def read_once(self, followed: _Followed) -> None:
         """Read what is new in one followed file into its buffer."""
@@ -380,6 +408,17 @@ class Service:
         """Scrape one target into the live state; True when the scrape succeeded."""
         assert self.live is not None
         started = time.perf_counter()
+        # The samples are stamped when the scrape starts: until it ends, this deployment's
+        # windows after that moment can still change.
+        key = f"scrape\t{target.url}"
+        self.live.mark_input(key, target.deployment, datetime.now(UTC))
+        try:
+            return self._scrape(target, started)
+        finally:
+            self.live.unmark_input(key)
+
+    def _scrape(self, target: ScrapeTarget, started: float) -> bool:
+        assert self.live is not None
         try:
             samples = scrape_once(
                 target.url,
@@ -435,6 +474,8 @@ class Service:
         _name_os_thread("ps-analysis")
         last = 0.0
         pause = self.settings.analysis_interval
+        if self._followed:
+            self._logs_parsed.wait(FIRST_PARSE_WAIT_S)
         while not self._stop.is_set():
             dirty = self.live.take_dirty()
             if dirty or time.monotonic() - last >= ANALYSIS_MAX_IDLE_S or not self.ready():

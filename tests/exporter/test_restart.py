@@ -75,10 +75,10 @@ def deployment(url: str, name: str) -> dict[str, Any]:
 
 
 def settled_windows(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """Windows with data whose every line was read before the analysis that served them. The
-    writer stamps whole seconds about a second apart and the follower polls every 0.1 s, so a
-    window's last line can be read a second or more after its end on a loaded machine: 3 s."""
-    settled = datetime.fromisoformat(body["generated_at"]) - timedelta(seconds=3)
+    """Windows with data the served analysis calls complete: every input of the deployment
+    was read past their end (its `complete_before`, else the analysis time)."""
+    cuts = body["parameters"]["complete_before"]
+    settled = datetime.fromisoformat(cuts.get(body["name"], body["generated_at"]))
     return [
         w
         for w in body["windows"]
