@@ -55,3 +55,10 @@ def test_a_verdict_per_server_from_prometheus(tmp_path: Path) -> None:
             assert counted is not None and counted > 0
             detail = httpx.get(f"{live.url}/api/deployments/{names['chat']}", timeout=5)
             assert detail.status_code == 200, detail.text
+            # Each server's windows are complete up to its newest sample read, not up to the
+            # analysis clock (docs/exporter.md): the gauges' window ends at or before it.
+            body = detail.json()
+            cut = datetime.fromisoformat(body["parameters"]["complete_before"][names["chat"]])
+            assert now - timedelta(minutes=5) <= cut <= now
+            gauged = datetime.fromisoformat(body["live"]["latest_window_start"])
+            assert gauged + timedelta(seconds=60) <= cut
