@@ -38,6 +38,7 @@ from preemptscope.dashboards._plot import (
 )
 from preemptscope.dashboards.capacity import capacity_figure
 from preemptscope.dashboards.card import verdict_card_html
+from preemptscope.dashboards.predicted import advice_classes_html
 from preemptscope.dashboards.tail import preemption_vs_tail_figure
 from preemptscope.dashboards.timeline import EVENT_STYLE, timeline_figure
 
@@ -105,7 +106,8 @@ def figures_json(dep: DeploymentReport, *, since: datetime | None = None) -> dic
     return {
         "name": dep.name,
         "state": dep.verdict.state,
-        "card_html": verdict_card_html(dep),
+        # The card, then the advice's replays per priority class (as the HTML report shows).
+        "card_html": verdict_card_html(dep) + advice_classes_html(dep),
         "windows": len(shown.windows),
         "last_window_end": last.isoformat() if last else None,
         "since": since.isoformat() if since else None,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from preemptscope.analysis.report import DeploymentReport
-from preemptscope.dashboards.figures import esc
+from preemptscope.dashboards._plot import esc
 
 # per_priority of the JSON: priority (as text) -> {requests, e2e_p99, ttft_p99, preemptions}.
 ClassFigures = Mapping[str, Mapping[str, float | int | None]]

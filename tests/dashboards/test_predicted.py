@@ -13,6 +13,7 @@ from preemptscope.dashboards.html import plotly_js, render_report_html, write_re
 from preemptscope.dashboards.predicted import advice_classes_html, classes_table, sweep_html
 
 from tests.dashboards.conftest import Watched
+from tests.dashboards.server import TOKEN, Holder, make_app, serve
 from tests.dashboards.synthetic import XSS, make_report
 
 Classes = dict[str, dict[str, float | int | None]]
@@ -117,6 +118,26 @@ def test_per_class_tables_render_in_chromium(tmp_path: Path, watched: Watched) -
     assert watched.console_errors == []
     assert watched.foreign_requests() == []
     watched.screenshot("report-classes.png")
+
+
+@pytest.mark.integration
+def test_the_live_page_shows_the_per_class_table(watched: Watched) -> None:
+    report = _report(hostile=True)
+    with serve(make_app(Holder(report), token=True)) as base:
+        page = watched.page
+        page.goto(f"{base}/?token={TOKEN}")
+        page.locator("ul.deployments a").first.click()
+        page.wait_for_function("window.__preemptscopeUpdates >= 1 && document.body.dataset.windows")
+        table = page.locator('#card table.classes[data-kind="advice"]')
+        assert table.is_visible()
+        cells = table.locator("tbody tr").evaluate_all(
+            "rows => rows.map(r => Array.from(r.cells).map(c => c.textContent))"
+        )
+        assert cells[0] == ["now (replayed)", "0", "73", "82.73 s", "78.50 s", "41"]
+        assert cells[3] == ["", "1", "147", "198 s", "86.10 s", "84"]
+        assert page.evaluate("window.__xss") is None
+        assert watched.console_errors == []
+        assert watched.foreign_requests() == []
 
 
 def test_advice_without_prediction_adds_nothing() -> None:
