@@ -26,6 +26,8 @@ from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting
 
 @dataclass
 class _Batch:
+    """One batch's frames by kind, its accounting, and what summary mode only counted."""
+
     frames: dict[str, list[pl.DataFrame]]
     accounting: LineAccounting
     summarized: dict[str, int]  # rows recognised but not extracted (summary mode)
@@ -127,7 +129,8 @@ def _assemble(
             )
         )
         accounting.unrecognized_lines += noise.height
-    if "noise" in routed:  # rows already (_short_noise), mostly after the others in line order
+    # Rows already (_noise._short_noise), mostly after the others in line order.
+    if "noise" in routed:
         frames["unrecognized"].extend(routed["noise"])
         accounting.unrecognized_lines += counts["noise"]
     fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut", "noise"))

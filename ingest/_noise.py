@@ -16,16 +16,7 @@ from typing import cast
 import polars as pl
 from preemptscope.ingest import _glue, _lines
 
-# Short lines of noise (`a_b`, tqdm's `a\rb`), settled in bulk. A line this short (newline
-# included) cannot make the line after it a record's tail (_cues.may_be_continued and the
-# cascade's own check need _glue.WRAP_MIN characters), so a short line whose text the
-# cascade claims as noise after short lines (step 6: nothing the per-line path could read)
-# is noise wherever it stands after two short lines: which texts those are is asked of the
-# cascade itself, once per distinct text, not settled by a list of its own. The texts are
-# found in a sample of the batch (most lines of such a file are alike); a line whose text
-# the sample missed takes the cascade as any other, so the sample decides the cost, never
-# the reading.
-SHORT_NOISE_BYTES = 16
+SHORT_NOISE_BYTES = 16  # a short line's bytes, newline included, at most
 assert SHORT_NOISE_BYTES < _glue.WRAP_MIN
 SHORT_NOISE_MIN = 4096  # lines settled in bulk in a batch before the bulk path pays for itself
 SHORT_NOISE_SHARE = 4  # and at least a quarter of the sampled lines noise texts
@@ -41,7 +32,7 @@ def _short_noise(
     noise_texts: Callable[[pl.Series], pl.Series],
 ) -> tuple[pl.Series, pl.DataFrame] | None:
     """(mask, unrecognised rows) of the lines of `raw` settled as noise in bulk, or None:
-    short, a text the cascade claims as noise (_noise_texts), not cut, after two short lines
+    short, a text the cascade claims as noise (`noise_texts`), not cut, after two short lines
     of the batch (the line before the batch is not looked at: its first two lines take the
     cascade). The rows are the cascade's: line, the physical text without its line end, and
     the reason."""

@@ -1,10 +1,14 @@
 """Routing: every line of a batch to its kind (column-wise), the odd ones to the per-line path.
 
-A cascade of literal probes and Rust-regex checks (linear time) claims the well-formed common
-lines for column-wise extraction (ingest/_extract.py); preemption, KV-sizing and config lines
-and every odd line (JSON, foreign formats, glued records, hard-wraps, damage) go to the
-per-line path (ingest/_lines.py) in line order; lines nothing could read are unrecognised
-here. `_assemble` puts a batch together so its accounting adds up.
+`_cascade` runs literal probes and Rust-regex checks (linear time) in steps, each on the lines
+the steps before left. Well-formed common lines are claimed for column-wise extraction
+(ingest/_extract.py); preemption, KV-sizing and config lines and every odd line (JSON, foreign
+formats, glued records, hard-wraps, damage) go to the per-line path (ingest/_lines.py); lines
+nothing could read are unrecognised here. A claim must read a line as the per-line path would;
+where that is unsure, the line goes per line. The steps' patterns and checks live beside it:
+_claims (vLLM-header kinds), _access (access lines, a line's first envelope), _tqdm (redraws,
+progress bars), _noise (short noise in bulk, before the cascade); _batch puts a routed batch
+together. Nothing here extracts a column or parses a line.
 """
 
 from __future__ import annotations
@@ -50,11 +54,9 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     """docker's json-file lines (`{"log": "...\\n", "stream": ..., "time": ...}`) as
     `<time> <log>`, the form docker --timestamps prints, so they take the vectorised path.
 
-    Lines that do not decode (or carry no container time: the per-line path reads the log
-    alone then, and `x <log>` would be another text in front of it; or a log that is no
-    string) are left as they are for the per-line path.
-    Only lines that may be JSON objects are decoded (a `{"log": [[[[...` line 5,000 deep cost
-    its decoding twice).
+    Lines that do not decode, carry no container time (the per-line path reads the log alone
+    then) or a log that is no string are left as they are for the per-line path. Only lines
+    that may be JSON objects are decoded (_cues.json_objects: ending in `}`).
     """
     index = _cues.json_objects(raw, raw.str.starts_with('{"log":')).arg_true()
     if index.len() == 0:
@@ -216,9 +218,8 @@ def _cascade(
         lambda sub: sub.str.contains(r"\x1b|\r"),
         _cues.colour_code,
     )
-    # tqdm redraws (a `\r` inside the line): with no vLLM header, the per-line path reads the
-    # text after the last `\r` (_envelope._clean), which the router reads here as the line;
-    # the rest (a header, a request's text, a process prefix kept in front) go per line.
+    # A `\r` inside a line with no vLLM header: the per-line path reads the text after the
+    # last `\r`, and so does the router (_tqdm.redraws); the other such lines go per line.
     carriage = unusual & raw.str.contains("\r", literal=True) if unusual.any() else unusual
     redraw = pl.Series([], dtype=pl.Boolean)
     if carriage.any():
@@ -226,10 +227,9 @@ def _cascade(
         redraw, raw = redraws(raw, carriage & ~original["raw"].str.starts_with("{"))
         if redraw.any():
             df = df.with_columns(raw.rename("raw"))
-    # The lines whose text routing changed in a way the per-line path does not read them
-    # (step 6 reads those again from their physical text, _continued). Not a settled redraw:
-    # the per-line path reads every line after its redraws (_envelope.clean), as a record,
-    # as a hard-wrap's half and as the line before another.
+    # The lines whose ANSI codes routing strips (`stripped`): the per-line path may read them
+    # otherwise, so step 6 judges them from their physical text (_continued). A settled redraw
+    # is none of them: the per-line path reads every line after its redraws.
     changed = []
     ansi = _cues.both(unusual, raw, _cues.ansi) if unusual.any() else unusual
     if ansi.any():
@@ -312,14 +312,9 @@ def _cascade(
             claim("access", good.filter(verdict == _CLAIM))
             odd_parts.append(physical(good.filter(verdict == _PER_LINE)))
             rest = join(rest, good.filter(verdict == _CASCADE))
-    # A line's first envelope is its envelope: a vLLM header behind uvicorn's `LEVEL:`, a
-    # foreign envelope or a request's text is in that message (a prompt logged under any
-    # logging format, an access line's client from X-Forwarded-For: anyone's text). Such
-    # lines go to the per-line path, which reads the first envelope (_envelope.envelope):
-    # here any level word or request literal in front of the first header but its own level
-    # (more lines than the per-line path reads so, never fewer).
-    # (The headers of each line counted once, here: this step, the stats and request claims
-    # and step 5 read the count.)
+    # A line's first envelope is its envelope: a line whose vLLM header may stand behind
+    # another envelope or a request's text goes per line (_header_not_first). The headers of
+    # each line are counted once, here; steps 3 to 5 read the count.
     rest = rest.with_columns(_cues.header_counts(rest["raw"]).alias("hdr"))
     if rest.height:
         behind = _header_not_first(rest["raw"], rest["hdr"])
@@ -459,8 +454,8 @@ def _continued(
     router removed; `text`, `bare`: each line without its newline, and as step 6 read it), so
     only what the checks of a line of no format leave open is looked for: a request literal
     (the other kind literals sent it to the per-line path), a timestamp, a `{` at its start.
-    (may_be_continued of each line before cost ~5 ms a MB of noise, as much as a log's parse.)
-    The lines of `plain` (bars of _BAR's shape, _bars) are known to be so and to hold none.
+    (may_be_continued of every line before costs ~5 ms a MB of noise, a log's whole parse.)
+    The lines of `plain` (bars of _tqdm._BAR's shape, _bars) are known to be so and to hold none.
     """
     same = bare.str.len_bytes() == text.str.len_bytes()  # as_cleaned removed nothing
     if stripped is not None:

@@ -100,13 +100,10 @@ def _progress(text: pl.Series, bare: pl.Series) -> pl.Series:
     ) & (bare.str.len_bytes() == text.str.len_bytes())
 
 
-# tqdm's bar in its common form (`desc: 42%|####  | 42/100 [00:09<00:12, 4.2it/s, ...]`), a
-# strict subset of _PROGRESS, drawn so that no check of step 6 can read more in it: no ESC,
-# `[` only before the elapsed time (no colour code), `]` only at the end (no syslog pid), no
-# `{` or `-` (no JSON or wrapper start, no vLLM timestamp), no `"` or `=` and no `|` beyond
-# the bar's two (no compose prefix); the description at most 80 characters, so far within
-# the per-line budget. Its letters may still spell an envelope cue or a request literal:
-# _BAR_CUES, one literal scan.
+# tqdm's bar in its common form (`desc: 42%|####  | 42/100 [00:09<00:12, 4.2it/s, ...]`): a
+# strict subset of _PROGRESS with no character a check of step 6 reads more in (no ESC, `{`,
+# `-`, `"` or `=`; `[`, `]` and `|` only where the bar puts them; a description of at most 80
+# characters). Its letters may still spell an envelope cue or a request literal: _BAR_CUES.
 _BAR = (
     r'^[^|\n\r\x1b\[\]{}"=-]{0,80}: *[0-9]{1,3}%\|'
     "[ #0-9\u2588-\u258f]{0,200}"  # tqdm's ASCII and Unicode bars (blocks U+2588-U+258F)
@@ -121,7 +118,7 @@ def _bars(lines: pl.DataFrame, stripped: pl.Series | None) -> pl.Series:
     """Lines of `lines` (step 6's: no header, no kind literal) that are tqdm bars of _BAR's
     shape, as routing and as_cleaned leave them (not `stripped` of codes): step 6 reads each
     as readable, a bar (_progress) with no cue that makes the next line a record's tail
-    (_continued's `plain`), in two scans instead of some twenty."""
+    (_route._continued's `plain`), in two scans instead of some twenty."""
     if not FAST_BARS or lines.height == 0:
         return pl.repeat(False, lines.height, dtype=pl.Boolean, eager=True)
     raw = lines["raw"]
