@@ -1,116 +1,62 @@
 """Routing: every line of a batch to its kind (column-wise), the odd ones to the per-line path.
 
-A cascade of literal probes and Rust-regex checks (linear time) claims the well-formed common
-lines for column-wise extraction (ingest/_extract.py); preemption, KV-sizing and config lines
-and every odd line (JSON, foreign formats, glued records, hard-wraps, damage) go to the
-per-line path (ingest/_lines.py) in line order; lines nothing could read are unrecognised
-here. `_assemble` puts a batch together so its accounting adds up.
+`_cascade` runs literal probes and Rust-regex checks (linear time) in steps, each on the lines
+the steps before left. Well-formed common lines are claimed for column-wise extraction
+(ingest/_extract.py); preemption, KV-sizing and config lines and every odd line (JSON, foreign
+formats, glued records, hard-wraps, damage) go to the per-line path (ingest/_lines.py); lines
+nothing could read are unrecognised here. A claim must read a line as the per-line path would;
+where that is unsure, the line goes per line. The steps' patterns and checks live beside it:
+_claims (vLLM-header kinds), _access (access lines, a line's first envelope), _tqdm (redraws,
+progress bars), _noise (short noise in bulk, before the cascade); _batch puts a routed batch
+together. Nothing here extracts a column or parses a line.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import cast
 
 import polars as pl
-from preemptscope.ingest import _cues, _envelope, _glue, _lines, prompts
+from preemptscope.ingest import _cues, _envelope, _glue
 from preemptscope.ingest import catalogue as cat
-from preemptscope.ingest._extract import (
-    _BLANKS,
-    _UNRECOGNIZED_ROWS,
-    _access_frame,
-    _chars,
-    _kind_columns,
-    _other_frame,
-    _requests_frame,
-    _stats_frames,
+from preemptscope.ingest._access import (
+    _ACCESS_CANON,
+    _ACCESS_FAST,
+    _CASCADE,
+    _CLAIM,
+    _PER_LINE,
+    _TWO_LEVEL_WORDS,
+    _UVICORN_FIRST,
+    _access_verdicts,
+    _dash_after_level,
+    _header_not_first,
 )
+from preemptscope.ingest._batch import _assemble
+from preemptscope.ingest._batch import _Batch as _Batch  # logs.py reads it here
+from preemptscope.ingest._claims import (
+    _LONG_LINENO,
+    _LONG_PID,
+    _PY_LIT,
+    _REQ_CLAIM,
+    _REQ_LIT,
+    _REQ_STARTS,
+    _STATS_LIT,
+    _STATS_UNSURE,
+    _STATS_VALID,
+)
+from preemptscope.ingest._extract import _UNRECOGNIZED_ROWS
+from preemptscope.ingest._noise import _short_noise
+from preemptscope.ingest._tqdm import _ONE_CLOSING_CR, _bars, _readings, _sure, redrawn, redraws
 from preemptscope.ingest.schema import FRAME_SCHEMAS, LineAccounting
-
-# Request rows whose message starts right after the `[file:line] ` of a vLLM header: a
-# literal check (Aho-Corasick) instead of a regex over the biggest lines of a V0 log.
-_REQ_STARTS = [f"] {row.literal}" for row in cat.REQUEST_ROWS if row.literal != "Request "]
-_PY_LITERALS = sorted({row.literal for row in cat.PYTHON_ROWS})
-_STATS_LITERALS = sorted({row.literal for row in cat.STATS_ROWS})
-_PY_LIT = "|".join(re.escape(literal) for literal in _PY_LITERALS)
-_STATS_LIT = "|".join(re.escape(literal) for literal in _STATS_LITERALS)
-_REQ_LIT = "|".join(re.escape(literal) for literal in cat.REQUEST_LITERALS)
-# A header whose line number fits in 64 bits (18 digits at most): the per-line path makes a
-# line with a longer one unrecognised with the reason, as it does a pid past 64 bits. The
-# request and stats claims read the header so (no pass of their own); `other` lines, claimed
-# by their header count, are checked for _LONG_LINENO.
-_HEADER_FITS = cat.HEADER_CORE.replace(":(?:[0-9]+)\\] ", ":(?:[0-9]{1,18})\\] ")
-assert _HEADER_FITS != cat.HEADER_CORE
-_LONG_LINENO = r"[0-9]{19}\] "
-_STATS_VALID = (
-    _HEADER_FITS
-    + cat.STATS_RECORD_START
-    + r"[^\n]*Running: [0-9]+ reqs[^\n]*(?:Waiting|Pending): [0-9]+ reqs"
-    + r"[^\n]*KV cache usage: [0-9.]+%"
-)
-# A pid that may not fit in 64 bits (19 digits or more): the per-line path makes such a line
-# unrecognised with the reason (one bad line costs one line), the column-wise cast a null
-# pid, so every claimed kind leaves these lines to the per-line path. One literal-led regex
-# pass over a line, ~45 ns: the text in front of the header, which extraction reads once per
-# distinct prefix, is not cut in summary mode (the lines are only counted there), and
-# finding it costs more than this pass.
-_LONG_PID = r" pid=[0-9]{19}"
-# Stats lines whose process prefix cat.ENVELOPE reads apart from the per-line path: its `(`
-# lost behind a wrapper, two ranks (the last one is the line's), a rank and a process prefix
-# (the process wins), a pid past 64 bits.
-_STATS_UNSURE = (
-    rf"^{cat.no_groups(cat.WRAPPER_TS)}[A-Za-z_][^()\n]*? pid=|\[rank.*(?:\[rank| pid=)"
-    rf"| pid=.*\[rank|{_LONG_PID}"
-)
-# The request lines claimed column-wise: a row's pattern matches right after the header with
-# an id of no blank or `,` that does not end in `.` or `:` (every real id, `cmpl-<hex>-0`,
-# `chatcmpl-<hex>`, and a client's `req.1`, `tenant:7`), its blank after the id an ASCII
-# one: the ids the column-wise word (ingest/_extract.py `_requests_frame`: up to an ASCII
-# blank or `,`, its trailing `.` and `:` dropped) and the row's own group read the same,
-# since every row's end right after such an id (`: `, `.` then a blank or the end, a blank)
-# is where the word ends too, less that tail. Any other request line (an id with `,`, a
-# trailing dot or colon, an id list, a no-break space after it) is read per line, by its row.
-_PLAIN_ID = r"[^\s,]*[^\s:,.]"
-_ROW_BLANK, _ASCII_BLANK = r"(?:\s|$)", r"(?:[\t-\r ]|$)"
-
-
-def _claimed(row: cat.LineFormat) -> str:
-    pattern = re.sub(r"\(\?P<request_id>[^()]*\)", lambda _: f"(?:{_PLAIN_ID})", row.pattern)
-    pattern = pattern.replace(_ROW_BLANK, _ASCII_BLANK)
-    assert r"\s" not in pattern.replace(_PLAIN_ID, ""), row.pattern  # no other blank to read
-    return pattern
-
-
-_REQ_CLAIM = (
-    _HEADER_FITS
-    + "(?:"
-    + "|".join(_claimed(row) for row in cat.REQUEST_ROWS if row.literal != "Request ")
-    + ")"
-)
-# uvicorn's access literals: ` HTTP/` and, around the client, `INFO:` and ` - "`.
-_ACCESS_HTTP, _ACCESS_LEVEL, _ACCESS_DASH = " HTTP/", "INFO:", ' - "'
-
-
-@dataclass
-class _Batch:
-    frames: dict[str, list[pl.DataFrame]]
-    accounting: LineAccounting
-    summarized: dict[str, int]  # rows recognised but not extracted (summary mode)
-    # PROMPTS rows (ingest/prompts.py) of the request lines showing ids, when requests are kept.
-    prompts: list[pl.DataFrame] = field(default_factory=list)
 
 
 def _unwrap_json_file(raw: pl.Series) -> pl.Series:
     """docker's json-file lines (`{"log": "...\\n", "stream": ..., "time": ...}`) as
     `<time> <log>`, the form docker --timestamps prints, so they take the vectorised path.
 
-    Lines that do not decode (or carry no container time: the per-line path reads the log
-    alone then, and `x <log>` would be another text in front of it; or a log that is no
-    string) are left as they are for the per-line path.
-    Only lines that may be JSON objects are decoded (a `{"log": [[[[...` line 5,000 deep cost
-    its decoding twice).
+    Lines that do not decode, carry no container time (the per-line path reads the log alone
+    then) or a log that is no string are left as they are for the per-line path. Only lines
+    that may be JSON objects are decoded (_cues.json_objects: ending in `}`).
     """
     index = _cues.json_objects(raw, raw.str.starts_with('{"log":')).arg_true()
     if index.len() == 0:
@@ -132,118 +78,6 @@ def _unwrap_json_file(raw: pl.Series) -> pl.Series:
         .otherwise(pl.col("raw"))
     ).to_series()
     return raw.clone().rename("raw").scatter(index, decoded)
-
-
-_BLANK = rf"^(?:\s|{cat.ANSI_SGR})*$"
-# uvicorn's access shape: its three literals in this order, in one DFA pass. Out of order
-# they are no access line (`WARNING: … - "GET / HTTP/1.1" … INFO:` made the client's slice
-# negative: a crash).
-_ACCESS_FAST = "(?s)" + ".*".join(re.escape(x) for x in (_ACCESS_LEVEL, _ACCESS_DASH, _ACCESS_HTTP))
-
-
-# The common access line, read as ACCESS_ROW reads it per line and as `_access_frame` does:
-# docker's time, `(Name pid=N) `, `INFO:`, spaces, an IP client, the request, the status and
-# its phrase, to the end of the line (its newline too). Nothing in it can be another
-# envelope: a `LEVEL:` in the path (a client's query string, `?INFO:a:b`) comes after the
-# access logger's, and the per-line path reads a line's first envelope (_envelope.envelope);
-# no digit, `:` or `[` in the phrase; a lowercase client; no header (no digit after the
-# status); no pid past 64 bits.
-# One DFA pass (~200 ns a line) on the lines with uvicorn's access literals in order, in
-# place of the literal scans and finds the other shapes take.
-_LINE_OPENING = (  # docker's time and a process prefix, at most
-    r"^(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z )?"
-    r"(?:\([A-Za-z_][A-Za-z0-9_]{0,60} pid=[0-9]{1,18}\) )?"
-)
-_ACCESS_CANON = (
-    _LINE_OPENING
-    + r'INFO: +[0-9a-f.:\[\]]+ - "[A-Z]+ [!-~]+ HTTP/[0-9.]+" [0-9]{3}(?: [A-Za-z\' -]*)?\r?\n?$'
-)
-_CLAIM, _CASCADE, _PER_LINE = 0, 1, 2
-# A vLLM header opening the line after the common prefixes (docker's time, a process prefix):
-# no envelope can start in front of it.
-_HEADER_OPENS = _LINE_OPENING + f"(?:(?:{'|'.join(cat.LEVELS)}) )?" + cat.HEADER_CORE
-_OWN_LEVEL = f"(?:{'|'.join(cat.LEVELS)}) $"
-# In front of the header, what may start another envelope (every foreign envelope and
-# uvicorn's hold a level word) or a request's text (_envelope.envelope reads the header as
-# message text then).
-_NOT_FIRST = "|".join(
-    ["DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE", *(re.escape(x) for x in cat.REQUEST_LITERALS)]
-)
-# uvicorn's level opening the line: no envelope can start before it.
-_UVICORN_FIRST = _LINE_OPENING + cat.UVICORN_LEVEL + " "
-# The access logger's `INFO:` opening the line: the `INFO:` `_access_frame` reads after.
-_ACCESS_FIRST = _LINE_OPENING + _ACCESS_LEVEL + " "
-# Every level word a foreign envelope or uvicorn's may hold: with one alone (the access
-# logger's), no envelope but uvicorn's can be read in the line but `[time] INFO: `.
-_LEVEL_WORDS = "DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
-# What the per-line path does not read as `_access_frame` does, or reads as another record:
-# a line past the per-line budget, a second level word, a pid past 64 bits, a bracketed
-# foreign time in front of the level, a stats record (`Throughput: `).
-_TWO_LEVEL_WORDS = rf"(?:{_LEVEL_WORDS}).*(?:{_LEVEL_WORDS})"
-_ACCESS_UNSURE = rf"{_TWO_LEVEL_WORDS}|{_LONG_PID}|\] (?:[^ ]+ )?INFO: "
-# `_access_frame`'s client word behind ASCII blanks (`\s` to both engines), then a pid; a
-# first character that is none of them nor printable ASCII (`\s` may differ on it), a stats
-# start (`Throughput: `).
-_CLIENT = rf"^[{_BLANKS}]+[!-~][^ ]*(?: [0-9]+)?$"
-_CLIENT_UNSURE = rf"^[{_BLANKS}]*[^ -~{_BLANKS}]|^[{_BLANKS}]*Throughput:"
-_ACCESS_TAIL = "^" + cat.ACCESS_REQUEST
-
-
-def _header_not_first(text: pl.Series, headers: pl.Series) -> pl.Series:
-    """Lines with a vLLM header (`headers`: their count) in front of which another envelope
-    or a request's text may start (see _NOT_FIRST): checked only where the header does not
-    open the line."""
-    odd = _cues.both(headers > 0, text, lambda sub: ~sub.str.contains(_HEADER_OPENS))
-
-    def in_front(sub: pl.Series) -> pl.Series:
-        # The first header's start by the DFA (`find`), the text before it a byte slice: a
-        # capture of the lazy run in front (`^([^\n]*?)<header>`) cost ~27 ns a byte of 100 KB
-        # lines, 5x a normal log per MB.
-        at = sub.str.find(cat.HEADER_CORE)
-        head = pl.lit(sub).cast(pl.Binary).bin.slice(0, at).cast(pl.String)
-        before = pl.select(pl.when(at.is_not_null()).then(head)).to_series()
-        return before.str.replace(_OWN_LEVEL, "").str.contains(_NOT_FIRST).fill_null(False)
-
-    return _cues.both(odd, text, in_front)
-
-
-def _access_verdicts(text: pl.Series) -> pl.Series:
-    """For lines with uvicorn's access literals in order, no header and their first ` - "`
-    after their first `INFO:`: claim (_CLAIM: ACCESS_ROW reads the line per line with the
-    columns `_access_frame` gives), down the cascade (_CASCADE: no access line per line),
-    or per line (_PER_LINE: another reading may be the per-line path's)."""
-    raw = pl.col("raw")
-    info = _chars(raw, raw.str.find(_ACCESS_LEVEL, literal=True).cast(pl.Int64), False)
-    dash = _chars(raw, raw.str.find(_ACCESS_DASH, literal=True).cast(pl.Int64), False)
-    client = raw.str.slice(info + 5, dash - info - 5)
-    # Behind the access logger's `INFO:` at the line's start, a level word, a bracket or a
-    # pid in the client is the client's text: no envelope can start before it.
-    unsure = (
-        (raw.str.len_bytes() > _envelope.RECORD_BUDGET)
-        | (raw.str.contains(_ACCESS_UNSURE) & ~raw.str.contains(_ACCESS_FIRST))
-        | client.str.contains(_CLIENT_UNSURE)
-    )
-    fits = client.str.contains(_CLIENT) & raw.str.slice(dash).str.contains(_ACCESS_TAIL)
-    return (
-        pl.DataFrame({"raw": text})
-        .select(
-            pl.when(unsure)
-            .then(_PER_LINE)
-            .when(fits)
-            .then(_CLAIM)
-            .otherwise(_CASCADE)
-            .cast(pl.Int8)
-        )
-        .to_series()
-    )
-
-
-def _dash_after_level(text: pl.Series) -> pl.Series:
-    """Lines whose first ` - "` follows their first `INFO:`: the positions `_access_frame`
-    reads the client between (a ` - "` in front of `INFO:` made its slice negative: a
-    crash)."""
-    info = text.str.find(_ACCESS_LEVEL, literal=True)
-    return (text.str.find(_ACCESS_DASH, literal=True) > info).fill_null(False)
 
 
 def _route(
@@ -269,7 +103,7 @@ def _route(
     df = pl.DataFrame({"raw": raw}).with_columns(
         pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line")
     )
-    noise = _short_noise(raw, df["line"], max_line, cut or {}) if fast else None
+    noise = _short_noise(raw, df["line"], max_line, cut or {}, _noise_texts) if fast else None
     if noise is not None:
         df = df.filter(~noise[0])
     too_long = _too_long(df, max_line, cut or {})
@@ -307,67 +141,6 @@ def _before(
         return _as_read(prev, outside)
 
     return before
-
-
-# Short lines of noise (`a_b`, tqdm's `a\rb`), settled in bulk. A line this short (newline
-# included) cannot make the line after it a record's tail (_cues.may_be_continued and the
-# cascade's own check need _glue.WRAP_MIN characters), so a short line whose text the
-# cascade claims as noise after short lines (step 6: nothing the per-line path could read)
-# is noise wherever it stands after two short lines: which texts those are is asked of the
-# cascade itself, once per distinct text, not settled by a list of its own. The texts are
-# found in a sample of the batch (most lines of such a file are alike); a line whose text
-# the sample missed takes the cascade as any other, so the sample decides the cost, never
-# the reading.
-SHORT_NOISE_BYTES = 16
-assert SHORT_NOISE_BYTES < _glue.WRAP_MIN
-SHORT_NOISE_MIN = 4096  # lines settled in bulk in a batch before the bulk path pays for itself
-SHORT_NOISE_SHARE = 4  # and at least a quarter of the sampled lines noise texts
-_SAMPLE = 1 << 16  # lines sampled, about
-_DISTINCT_MAX = 1024  # distinct short texts routed on their own, at most
-
-
-def _short_noise(
-    raw: pl.Series, lines: pl.Series, max_line: int, cut: Mapping[int, int]
-) -> tuple[pl.Series, pl.DataFrame] | None:
-    """(mask, unrecognised rows) of the lines of `raw` settled as noise in bulk, or None:
-    short, a text the cascade claims as noise (_noise_texts), not cut, after two short lines
-    of the batch (the line before the batch is not looked at: its first two lines take the
-    cascade). The rows are the cascade's: line, the physical text without its line end, and
-    the reason."""
-    limit = min(SHORT_NOISE_BYTES, max_line)
-    first_line = cast(int, lines[0])
-    sample = raw.gather_every(max(1, raw.len() // _SAMPLE))
-    short = sample.filter(sample.str.len_bytes() <= limit)
-    distinct = short.unique()
-    if distinct.len() == 0 or distinct.len() > _DISTINCT_MAX:
-        return None
-    noise = _noise_texts(distinct)
-    if noise.len() == 0 or short.is_in(noise.implode()).sum() * SHORT_NOISE_SHARE < sample.len():
-        return None
-    # Which noise text each line is: one comparison a line where the file repeats one text
-    # (`a\rb` over and over), else one hash lookup a line (null: none).
-    one = noise.len() == 1
-    codes = None if one else raw.cast(pl.Enum(noise), strict=False).to_physical()
-    member = raw == noise[0] if codes is None else codes.is_not_null()
-    lengths = raw.str.len_bytes() <= limit
-    mask = member & lengths.shift(1, fill_value=False) & lengths.shift(2, fill_value=False)
-    if cut:
-        index = [line - first_line for line in cut if 0 <= line - first_line < raw.len()]
-        if index:
-            mask = mask.scatter(index, False)
-    count = int(mask.sum())
-    if count < SHORT_NOISE_MIN:
-        return None
-    texts = noise.str.strip_chars_end("\r\n")
-    rows = pl.DataFrame(
-        {
-            "line": lines.filter(mask),
-            "text": pl.repeat(texts[0], count, eager=True)
-            if codes is None
-            else texts.gather(codes.filter(mask)),
-        }
-    ).with_columns(pl.lit(_lines.NO_FORMAT, dtype=pl.String).alias("reason"))
-    return mask, rows
 
 
 def _noise_texts(texts: pl.Series) -> pl.Series:
@@ -416,6 +189,9 @@ def _as_read(prev: pl.Series, outside: pl.Series) -> pl.Series:
     return pl.select(pl.when(outside).then(prev).otherwise(unwrapped)).to_series()
 
 
+_BLANK = rf"^(?:\s|{cat.ANSI_SGR})*$"
+
+
 def _cascade(
     df: pl.DataFrame, before: Callable[[pl.DataFrame], pl.Series]
 ) -> tuple[dict[str, list[pl.DataFrame]], list[pl.DataFrame]]:
@@ -442,9 +218,8 @@ def _cascade(
         lambda sub: sub.str.contains(r"\x1b|\r"),
         _cues.colour_code,
     )
-    # tqdm redraws (a `\r` inside the line): with no vLLM header, the per-line path reads the
-    # text after the last `\r` (_envelope._clean), which the router reads here as the line;
-    # the rest (a header, a request's text, a process prefix kept in front) go per line.
+    # A `\r` inside a line with no vLLM header: the per-line path reads the text after the
+    # last `\r`, and so does the router (_tqdm.redraws); the other such lines go per line.
     carriage = unusual & raw.str.contains("\r", literal=True) if unusual.any() else unusual
     redraw = pl.Series([], dtype=pl.Boolean)
     if carriage.any():
@@ -452,10 +227,9 @@ def _cascade(
         redraw, raw = redraws(raw, carriage & ~original["raw"].str.starts_with("{"))
         if redraw.any():
             df = df.with_columns(raw.rename("raw"))
-    # The lines whose text routing changed in a way the per-line path does not read them
-    # (step 6 reads those again from their physical text, _continued). Not a settled redraw:
-    # the per-line path reads every line after its redraws (_envelope.clean), as a record,
-    # as a hard-wrap's half and as the line before another.
+    # The lines whose ANSI codes routing strips (`stripped`): the per-line path may read them
+    # otherwise, so step 6 judges them from their physical text (_continued). A settled redraw
+    # is none of them: the per-line path reads every line after its redraws.
     changed = []
     ansi = _cues.both(unusual, raw, _cues.ansi) if unusual.any() else unusual
     if ansi.any():
@@ -538,14 +312,9 @@ def _cascade(
             claim("access", good.filter(verdict == _CLAIM))
             odd_parts.append(physical(good.filter(verdict == _PER_LINE)))
             rest = join(rest, good.filter(verdict == _CASCADE))
-    # A line's first envelope is its envelope: a vLLM header behind uvicorn's `LEVEL:`, a
-    # foreign envelope or a request's text is in that message (a prompt logged under any
-    # logging format, an access line's client from X-Forwarded-For: anyone's text). Such
-    # lines go to the per-line path, which reads the first envelope (_envelope.envelope):
-    # here any level word or request literal in front of the first header but its own level
-    # (more lines than the per-line path reads so, never fewer).
-    # (The headers of each line counted once, here: this step, the stats and request claims
-    # and step 5 read the count.)
+    # A line's first envelope is its envelope: a line whose vLLM header may stand behind
+    # another envelope or a request's text goes per line (_header_not_first). The headers of
+    # each line are counted once, here; steps 3 to 5 read the count.
     rest = rest.with_columns(_cues.header_counts(rest["raw"]).alias("hdr"))
     if rest.height:
         behind = _header_not_first(rest["raw"], rest["hdr"])
@@ -651,148 +420,6 @@ def _cascade(
     return routed, odd_parts
 
 
-# In front of the first `\r`: a process prefix or a rank the per-line path may keep in front
-# of the last redraw (_envelope._clean).
-_REDRAW_PREFIX = r"^[^\r]*(?:pid=|\[rank)"
-
-
-def _settles(text: pl.Series) -> pl.Series:
-    """Lines with a `\r` inside that the per-line path reads as their text after the last
-    `\r` alone: no vLLM header anywhere (with codes, as _envelope._clean looks for one), no
-    process prefix that may stand in front of the first `\r`, no request literal."""
-    header = _cues.gated(text, "] ", cat.HEADER_CORE)
-    # A request literal: its text may run over the `\r`s (_envelope._clean), per line.
-    return ~header & ~text.str.contains(_REDRAW_PREFIX) & ~text.str.contains(_REQ_LIT)
-
-
-# A line whose one `\r` closes it (before its newline): no redraw.
-_ONE_CLOSING_CR = r"^[^\r]*\r\n?$"
-
-
-def redraws(raw: pl.Series, candidates: pl.Series) -> tuple[pl.Series, pl.Series]:
-    """Of `candidates` (lines with a `\r` inside, none of them a JSON object), those settled
-    as their text after the last `\r` (_settles), and `raw` with those lines so rewritten."""
-    redraw = _cues.both(candidates, raw, _settles)
-    if not redraw.any():
-        return redraw, raw
-    index = redraw.arg_true()
-    after = _after_redraws(raw.gather(index))
-    # A JSON object after the redraw is read as one per line (docker json-file, vLLM's JSON
-    # formatter): the router decodes one only where a line starts with it.
-    json = after.str.starts_with("{")
-    if json.any():
-        redraw = redraw.scatter(index.filter(json), False)
-        index, after = index.filter(~json), after.filter(~json)
-    return redraw, raw.scatter(index, after)
-
-
-def redrawn(prev: pl.Series) -> pl.Series:
-    """Physical lines as routing reads them before their colour codes go (a redraw it
-    settles as its text after the last `\r`, which the per-line path reads of it too): what
-    step 6 judges a line before by."""
-    candidates = (
-        prev.str.contains("\r", literal=True)
-        & ~prev.str.contains(_ONE_CLOSING_CR)
-        & ~prev.str.starts_with("{")
-    ).fill_null(False)
-    if not candidates.any():
-        return prev
-    return redraws(prev, candidates)[1]
-
-
-def _after_redraws(text: pl.Series) -> pl.Series:
-    """The text after the last `\r` of each line, its closing `\r`s and newline first
-    dropped, as _envelope.clean drops them (a line holds a `\n` at its end only)."""
-    after = text.str.extract(r"\r([^\r\n]+)\r*\n?$", 1)
-    missing = after.is_null().arg_true()  # `\r`s only after the text (`a\r\r`)
-    if missing.len() == 0:
-        return after
-    return after.scatter(missing, text.gather(missing).str.strip_chars_end("\r\n"))
-
-
-# A progress bar at the line start (cat.PLAIN_LINES), and what makes the per-line path read
-# something else in such a line: a compose prefix in front (_envelope._process_only; here an
-# ASCII superset of cat.COMPOSE, whose `\w` the two engines read apart).
-_PROGRESS = next(pattern for name, pattern in cat.PLAIN_LINES if name == "progress")
-_COMPOSE_FIRST = r"^[A-Za-z0-9][^ \n|]{0,80} +\| "
-assert cat.COMPOSE == r"[A-Za-z0-9][\w.-]{0,80} +\| "
-
-
-def _progress(text: pl.Series, bare: pl.Series) -> pl.Series:
-    """Lines (without a header or a kind literal: step 6's) the per-line path reads as a
-    progress bar of no envelope, message and all: the bar opens the text, which routing and
-    as_cleaned leave as it is, within the per-line budget, with no envelope cue, wrapper or
-    compose prefix (_cues.readable's other reasons)."""
-    return _cues.both(
-        text.str.contains(_PROGRESS),
-        text,
-        lambda sub: _cues.either(
-            sub,
-            _cues.envelope_cue,
-            lambda part: part.str.contains(_cues.WRAPPER_START),
-            lambda part: part.str.contains(_COMPOSE_FIRST),
-            lambda part: part.str.len_bytes() > _envelope.RECORD_BUDGET,
-        ).not_(),
-    ) & (bare.str.len_bytes() == text.str.len_bytes())
-
-
-# tqdm's bar in its common form (`desc: 42%|####  | 42/100 [00:09<00:12, 4.2it/s, ...]`), a
-# strict subset of _PROGRESS, drawn so that no check of step 6 can read more in it: no ESC,
-# `[` only before the elapsed time (no colour code), `]` only at the end (no syslog pid), no
-# `{` or `-` (no JSON or wrapper start, no vLLM timestamp), no `"` or `=` and no `|` beyond
-# the bar's two (no compose prefix); the description at most 80 characters, so far within
-# the per-line budget. Its letters may still spell an envelope cue or a request literal:
-# _BAR_CUES, one literal scan.
-_BAR = (
-    r'^[^|\n\r\x1b\[\]{}"=-]{0,80}: *[0-9]{1,3}%\|'
-    "[ #0-9\u2588-\u258f]{0,200}"  # tqdm's ASCII and Unicode bars (blocks U+2588-U+258F)
-    r"\|"
-    r" *[0-9]+/[0-9]+ \[[0-9]{1,2}:[0-9]{2}[0-9A-Za-z:<?,./ ]{0,200}\]\r?\n?$"
-)
-_BAR_CUES = f"{_cues.ENVELOPE_LITERALS}|{_REQ_LIT}"
-FAST_BARS = True  # off: every line takes the checks below (what tests compare _bars with)
-
-
-def _bars(lines: pl.DataFrame, stripped: pl.Series | None) -> pl.Series:
-    """Lines of `lines` (step 6's: no header, no kind literal) that are tqdm bars of _BAR's
-    shape, as routing and as_cleaned leave them (not `stripped` of codes): step 6 reads each
-    as readable, a bar (_progress) with no cue that makes the next line a record's tail
-    (_continued's `plain`), in two scans instead of some twenty."""
-    if not FAST_BARS or lines.height == 0:
-        return pl.repeat(False, lines.height, dtype=pl.Boolean, eager=True)
-    raw = lines["raw"]
-    bar = _cues.both(
-        raw.str.contains(_BAR), raw, lambda sub: ~sub.str.contains(_BAR_CUES)
-    ).fill_null(False)
-    if stripped is not None and bar.any():
-        bar = bar & ~lines["line"].is_in(stripped.implode())
-    return bar
-
-
-def _readings(text: pl.Series, bar: pl.Series) -> tuple[pl.Series, pl.Series]:
-    """(bare, readable) of step 6 for `text`: the line without codes (as_cleaned), and may the
-    per-line path read something in it; for the lines of `bar` (_bars) known without a
-    check: their text, true."""
-    index = (~bar).arg_true()
-    if index.len() == text.len():
-        bare = _cues.as_cleaned(text)
-        return bare, _cues.readable(bare)
-    if index.len() == 0:
-        return text, bar
-    some = _cues.as_cleaned(text.gather(index))
-    return text.clone().scatter(index, some), bar.clone().scatter(index, _cues.readable(some))
-
-
-def _sure(text: pl.Series, bare: pl.Series, readable: pl.Series, bar: pl.Series) -> pl.Series:
-    """Of the `readable` lines, the bars of no envelope (_progress), known for `bar`'s."""
-    index = (readable & ~bar).arg_true()
-    if index.len() == text.len():
-        return readable & _progress(text, bare)
-    if index.len() == 0:
-        return bar
-    return bar.clone().scatter(index, _progress(text.gather(index), bare.gather(index)))
-
-
 def _physical(df: pl.DataFrame) -> Callable[[pl.DataFrame], pl.DataFrame]:
     """A part of a frame routed from `df` (raw, line; sorted by line) with the text `df`
     has: what _cascade gives the per-line path and unrecognised rows once it has rewritten
@@ -827,8 +454,8 @@ def _continued(
     router removed; `text`, `bare`: each line without its newline, and as step 6 read it), so
     only what the checks of a line of no format leave open is looked for: a request literal
     (the other kind literals sent it to the per-line path), a timestamp, a `{` at its start.
-    (may_be_continued of each line before cost ~5 ms a MB of noise, as much as a log's parse.)
-    The lines of `plain` (bars of _BAR's shape, _bars) are known to be so and to hold none.
+    (may_be_continued of every line before costs ~5 ms a MB of noise, a log's whole parse.)
+    The lines of `plain` (bars of _tqdm._BAR's shape, _bars) are known to be so and to hold none.
     """
     same = bare.str.len_bytes() == text.str.len_bytes()  # as_cleaned removed nothing
     if stripped is not None:
@@ -884,162 +511,3 @@ def _settled(part: pl.DataFrame) -> pl.DataFrame:
     if part.height == 0:
         return part
     return part.with_columns(_cues.starts_no_record(part["raw"]).alias("settled"))
-
-
-def _assemble(
-    routed: dict[str, list[pl.DataFrame]],
-    odd_parts: list[pl.DataFrame],
-    settled: dict[str, int],
-    n: int,
-    before: Callable[[pl.DataFrame], pl.Series],
-    keep: frozenset[str],
-    physical: Callable[[pl.Series], pl.Series],
-) -> _Batch:
-    """Extract the claimed parts (or count them, in summary mode) and parse the odd lines.
-
-    `settled` counts lines whose kind is known but whose text was not kept (summary mode);
-    `before(odd)` gives the physical line before each line of `odd` (sorted by line), for
-    hard-wrap continuations; `physical(lines)` the text of those lines in the file (without
-    their newline), for the stats lines the checks reject (routed unwrapped).
-    """
-    frames: dict[str, list[pl.DataFrame]] = {kind: [] for kind in FRAME_SCHEMAS}
-    accounting = LineAccounting(lines=n)
-    counts = {name: sum(part.height for part in parts) for name, parts in routed.items()}
-    for name, count in settled.items():
-        counts[name] = counts.get(name, 0) + count
-    accounting.blank_lines = counts.get("blank", 0)
-    summarized: dict[str, int] = {}
-    rejected = pl.DataFrame(schema=_UNRECOGNIZED_ROWS)
-    if "stats" in routed:
-        stats, rejected = _stats_frames(pl.concat(routed["stats"], how="diagonal"))
-        if rejected.height:
-            rejected = rejected.with_columns(physical(rejected["line"]).alias("text"))
-        frames["scheduler_stats"].append(stats)
-        counts["stats"] -= rejected.height
-    builders = {
-        "requests": ("requests", _requests_frame),
-        "access": ("access", _access_frame),
-        "other": ("other", lambda sub: _other_frame(sub, uvicorn=False)),
-        "other_uvi": ("other", lambda sub: _other_frame(sub, uvicorn=True)),
-        "plain": ("other", _plain_frame),
-    }
-    for name, (kind, builder) in builders.items():
-        if name not in counts:
-            continue
-        if kind in keep:
-            frames[kind].append(builder(pl.concat(routed[name], how="diagonal")))
-        else:
-            summarized[kind] = summarized.get(kind, 0) + counts[name]
-
-    messages = _prompt_messages(routed) if "requests" in keep else []
-
-    odd_parts = [part for part in odd_parts if part.height]
-    parsed = 0
-    if odd_parts:
-        no_flag = pl.lit(False).alias("settled")
-        odd = pl.concat(
-            [
-                part.select("line", "raw", "settled" if "settled" in part.columns else no_flag)
-                for part in odd_parts
-            ]
-        ).sort("line")
-        odd = odd.with_columns(before(odd).rename("prev"))
-        no_record = frozenset(odd.filter("settled")["line"].to_list())
-        result = _lines.parse_odd_lines(
-            [(int(a), str(b), c) for a, b, c in odd.select("line", "raw", "prev").iter_rows()],
-            no_record,
-        )
-        parsed = result.parsed_lines
-        accounting.blank_lines += result.blank_lines
-        for kind, rows in result.rows.items():
-            frames[kind].append(_rows_frame(kind, rows))
-        if result.unrecognized:
-            frames["unrecognized"].append(
-                pl.DataFrame(
-                    result.unrecognized,
-                    schema=_UNRECOGNIZED_ROWS,
-                    orient="row",
-                )
-            )
-        accounting.unrecognized_lines += len(result.unrecognized)
-        if result.prompts and "requests" in keep:
-            messages.append(pl.DataFrame(result.prompts, schema=_MESSAGES, orient="row"))
-    if rejected.height:
-        frames["unrecognized"].append(rejected)
-        accounting.unrecognized_lines += rejected.height
-    if "cut" in routed:
-        frames["unrecognized"].extend(routed["cut"])
-        accounting.unrecognized_lines += sum(part.height for part in routed["cut"])
-    if "unrec" in routed:
-        noise = pl.concat(routed["unrec"])
-        frames["unrecognized"].append(
-            noise.select(
-                pl.col("line"),
-                pl.col("raw").str.strip_chars_end("\r\n").alias("text"),
-                pl.lit(_lines.NO_FORMAT).alias("reason"),
-            )
-        )
-        accounting.unrecognized_lines += noise.height
-    if "noise" in routed:  # rows already (_short_noise), mostly after the others in line order
-        frames["unrecognized"].extend(routed["noise"])
-        accounting.unrecognized_lines += counts["noise"]
-    fast_parsed = sum(v for k, v in counts.items() if k not in ("blank", "unrec", "cut", "noise"))
-    accounting.parsed_lines = fast_parsed + parsed
-    found = [prompts.prompt_rows(pl.concat(messages))] if messages else []
-    return _Batch(frames, accounting, summarized, found)
-
-
-_MESSAGES = pl.Schema({"line": pl.Int64(), "message": pl.String()})
-
-
-def _prompt_messages(routed: dict[str, list[pl.DataFrame]]) -> list[pl.DataFrame]:
-    """(line, message) of the claimed lines that may show prompt ids: `Received request`
-    lines and `Request %s details:` lines (`other`), found by their literals."""
-    out = []
-    # A claimed line has one vLLM header, its message right after it, and no request literal
-    # in front of it (the router sends those per line): its first `] Received request ` or
-    # `] Request ` is where its message starts.
-    for name, literal, lead in (
-        ("requests", prompts.PROMPT_LITERAL, "] Received request "),
-        ("other", prompts.DETAILS_LITERAL, "] Request "),
-    ):
-        if name not in routed:
-            continue
-        part = pl.concat(routed[name], how="diagonal").select("line", "raw")
-        text = part["raw"]
-        part = part.filter(text.str.contains(literal, literal=True))
-        if name == "other" and part.height:
-            part = part.filter(part["raw"].str.contains(prompts.PROMPT_LITERAL, literal=True))
-        if part.height:
-            raw = pl.col("raw")
-            at = raw.str.find(lead, literal=True).cast(pl.Int64) + 2
-            message = raw.cast(pl.Binary).bin.slice(at).cast(pl.String)
-            out.append(
-                part.filter(at.is_not_null()).select(
-                    "line", message.str.strip_chars_end("\r\n").alias("message")
-                )
-            )
-    return out
-
-
-def _plain_frame(sub: pl.DataFrame) -> pl.DataFrame:
-    """`other` rows of plain output (no envelope): the line's text, every other column null,
-    as the per-line path's rows (_lines._emit)."""
-    columns = _kind_columns("other")
-    known = {"line", "message", "_bulk"}
-    return sub.select(
-        pl.col("line"),
-        *[
-            pl.lit(None, dtype=dtype).alias(name)
-            for name, dtype in columns.items()
-            if name not in known
-        ],
-        pl.lit(False).alias("_bulk"),
-        pl.col("raw").str.strip_chars_end("\r\n").alias("message"),
-    ).select(list(columns))
-
-
-def _rows_frame(kind: str, rows: list[dict[str, object]]) -> pl.DataFrame:
-    columns = _kind_columns(kind)
-    data = {name: [row.get(name) for row in rows] for name in columns}
-    return pl.DataFrame(data, schema=columns)

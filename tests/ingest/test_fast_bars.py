@@ -1,6 +1,6 @@
 """tqdm bars settled by their shape read as step 6's checks read them one by one.
 
-ingest/_route.py `_bars` marks lines of tqdm's common shape (`_BAR`) as readable progress bars
+ingest/_tqdm.py `_bars` marks lines of tqdm's common shape (`_BAR`) as readable progress bars
 with no cue, so step 6 skips its other checks on them. Here every batch is parsed with that
 path on and off (`FAST_BARS`): frames, reasons, texts, line numbers and totals must agree, for
 bars of any description, bar, counts and tail, with and without a docker time, a process or
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from preemptscope.ingest import _route
+from preemptscope.ingest import _route, _tqdm
 from preemptscope.ingest.logs import parse_lines
 
 from tests.ingest.test_hostile_routing import OPTIONS, _frames
@@ -118,7 +118,7 @@ _PLAIN = "Processed prompts:  90%|#########| 90/100 [00:09<00:10, 9.9it/s]"
 @contextmanager
 def _fast(on: bool) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_route, "FAST_BARS", on)
+        patch.setattr(_tqdm, "FAST_BARS", on)
         yield
 
 
@@ -153,7 +153,7 @@ def test_the_fast_path_settles_bars(monkeypatch: pytest.MonkeyPatch) -> None:
     """The shape settles the common bars (not the checks under another name) and leaves the
     ones a check may read otherwise: a level word, a request literal, colour codes."""
     marked: list[int] = []
-    real = _route._bars
+    real = _tqdm._bars
 
     def spy(*args: Any) -> Any:
         found = real(*args)

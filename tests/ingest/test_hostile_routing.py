@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from preemptscope.ingest import _cues, _route
+from preemptscope.ingest import _cues, _route, _tqdm
 from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest.logs import ParseOptions, parse_lines
 
@@ -156,8 +156,8 @@ def _checked_continued(
     def continued(others: pl.DataFrame) -> pl.Series:
         got = real(others)
         # (A redraw the router settles is judged by its text after the last `\r`.)
-        up = _route.redrawn(before(others.select(pl.col("line") - 1)))
-        want = _cues.may_be_continued(_route.redrawn(before(others)))
+        up = _tqdm.redrawn(before(others.select(pl.col("line") - 1)))
+        want = _cues.may_be_continued(_tqdm.redrawn(before(others)))
         want = want | _cues.may_be_continued(up)
         assert got.to_list() == want.fill_null(False).to_list()
         return got

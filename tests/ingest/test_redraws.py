@@ -2,7 +2,7 @@
 
 The per-line path reads such a line as its text after the last `\\r` (ingest/_envelope.py
 `_clean`): with no header anywhere and no process prefix in front of the first `\\r`, nothing
-else of it is kept, so the router reads that text as the line (ingest/_route.py) instead of
+else of it is kept, so the router reads that text as the line (ingest/_tqdm.py) instead of
 sending every such line to the per-line path (4 MB of `a\\rb` lines cost ~375x a normal log per
 MB; now what a line as short costs without its `\\r`: docs/benchmarks.md).
 """

@@ -1,6 +1,6 @@
 """Short lines of noise settled in bulk read as the cascade reads them one by one.
 
-ingest/_route.py `_short_noise` marks short lines (`a_b`, tqdm's `a\\rb`) unrecognised in bulk
+ingest/_noise.py `_short_noise` marks short lines (`a_b`, tqdm's `a\\rb`) unrecognised in bulk
 when the cascade claims their text as noise and the two lines before are short (a line that
 short cannot make the next one a record's tail). Here every batch is parsed with the bulk path
 forced on (any number of short lines, any number of distinct texts) and off (every line through
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from preemptscope.ingest import _route
+from preemptscope.ingest import _noise, _route
 from preemptscope.ingest.logs import ParseState, parse_lines
 
 from tests.ingest.test_hostile_routing import OPTIONS, _frames
@@ -106,8 +106,8 @@ LINES = st.lists(
 def _bulk(on: bool) -> Iterator[None]:
     """The bulk path on for any number of short lines of noise, or off."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_route, "SHORT_NOISE_MIN", 0 if on else 1 << 62)
-        patch.setattr(_route, "SHORT_NOISE_SHARE", 1 << 62)
+        patch.setattr(_noise, "SHORT_NOISE_MIN", 0 if on else 1 << 62)
+        patch.setattr(_noise, "SHORT_NOISE_SHARE", 1 << 62)
         yield
 
 
@@ -166,7 +166,7 @@ def test_the_bulk_path_settles_short_noise(monkeypatch: pytest.MonkeyPatch) -> N
     reason, line numbers and physical text the cascade gives."""
     lines = ["a\rb", "a_b"] * 3000 + [_STATS, "x"]
     settled: list[int] = []
-    real = _route._short_noise
+    real = _noise._short_noise
 
     def spy(*args: Any) -> Any:
         found = real(*args)
