@@ -92,8 +92,8 @@ def log_latencies(logs: Sequence[LogFrames]) -> pl.DataFrame:
     """REQUEST_LATENCIES rows of a deployment's logs: reduced ones' JOINED rows (ids are not
     kept there), and the others' request rows joined in one go."""
     # Each file's rows are sorted before their constant columns are added, which then stay
-    # constants (a sort writes every column out: 200 MB more on 4 M requests); one part (the
-    # usual report: one file) is then sorted already.
+    # constants (a sort writes every column out); one part (the usual report: one file) is
+    # then sorted already.
     parts = [
         _as_latencies(
             lf.joined.select("start", "e2e", "success").sort("start", maintain_order=True),
@@ -113,7 +113,7 @@ def log_latencies(logs: Sequence[LogFrames]) -> pl.DataFrame:
         return parts[0]
     latencies = pl.concat(parts)
     # A deployment's logs (the usual call) sort by time alone: a sort on the constant name
-    # too encodes it for every row (12 s and 100 MB more on 4 M requests out of order).
+    # too encodes it for every row.
     by = ["start"] if latencies["deployment"].n_unique() == 1 else ["deployment", "start"]
     return latencies.sort(by, maintain_order=True)
 

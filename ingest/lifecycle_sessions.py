@@ -155,8 +155,8 @@ def _quick_sessions(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _prompt_of(events: pl.DataFrame) -> dict[str, pl.Expr]:
     """A request's prompt columns: those of its first line that shows them (only rows the
-    join put them on have them: `RequestJoin._with_prompts`). A batch without any is given
-    nulls after the grouping (an aggregation per group costs, whatever it finds)."""
+    join put them on have them: `RequestJoin._with_details`, `_by_line`). A batch without any
+    is given nulls after the grouping (an aggregation per group costs, whatever it finds)."""
     if (
         "prompt_tokens" not in events.columns
         or events["prompt_tokens"].null_count() == events.height
