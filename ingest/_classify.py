@@ -1,10 +1,10 @@
 """A message against the catalogue rows: its kind and its columns, or None.
 
-The second step of the per-line path (ingest/_lines.py), after the envelope (_envelope.py):
-the catalogue rows matched at the message start (or behind a lead a bare line may have), the
-stats fields, config pairs and KV-sizing quantities converted as the column-wise path
-(ingest/_extract.py) converts them, so both paths give the same rows; and whether a record's
-numbers fit their columns (one bad line costs one line).
+The second step of the per-line path (ingest/_lines.py), after the envelope (_envelope.py).
+Owns the catalogue rows matched at the message start (or behind a lead a bare line may have),
+the stats fields, config pairs and KV-sizing quantities converted as the column-wise path
+(ingest/_extract.py) converts them, so both paths give the same rows, and whether a record's
+numbers fit their columns (one bad line costs one line). Never finds an envelope.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from preemptscope.ingest._envelope import FLAGS, Env, envelope, json_line, to_in
 
 STATS_BUDGET = 4096  # a stats record is a few hundred bytes; its fields come first
 # Real engine-config lines are 1-4 KB with the capacity keys in their first KB; the pairs
-# after 16 KiB are not read (a 256 KB config-like line cost 5,000 pairs per 64 KiB).
+# after 16 KiB are not read, so a huge config-like line costs no more than a real one.
 CONFIG_BUDGET = 16 * 1024
 ROW_RES = [
     (row, regex.compile(row.pattern, FLAGS))
@@ -32,8 +32,7 @@ ROW_RES = [
 # Per row: its pattern, its literal when that is not ASCII (the logo's; in every match:
 # tests/ingest/test_hostile_lines.py), whether it may stand bare, whether it is KV sizing. A
 # literal that is not ASCII is not in an ASCII message, which `in` answers at once, where the
-# logo patterns' own search for it read the whole message (12 us on 4 KB, a third of the
-# rows' cost).
+# logo patterns' own search for it reads the whole message.
 _ROW_CHECKS = [
     (
         row,
@@ -130,9 +129,9 @@ class _Rest:
     text: str
 
 
-# Above this many bytes of stats text in one batch, Polars removes the known fields (one
-# call costs ~0.3 ms, then ~1 ns a byte); below, the `regex` module does (~5 us a record,
-# but its alternation of nine fields is tried at every position: ~280 ns a byte on digits).
+# Above this many bytes of stats text in one batch, Polars removes the known fields (a cost
+# per call, then little a byte); below, the `regex` module does (cheap a record, but its
+# alternation of fields is tried at every position).
 _REST_IN_POLARS = 32 * 1024
 
 
@@ -158,7 +157,7 @@ def stats_complete(fields: dict[str, Any]) -> bool:
 
 # `\b`: a key is tried once per word, not at every letter of it; quoted values are bounded,
 # so an unclosed quote costs 4 KiB, not the rest of the line, per key.
-# stdlib `re` (findall 30 % faster than `regex` here; the same pattern, linear in both).
+# stdlib `re`: the same matches as `regex`, a faster findall, linear in both.
 _PAIR_RE = re.compile(
     r"\b(?P<key>[A-Za-z_]\w{0,80})="
     r"(?P<value>'(?:[^'\\]|\\.){0,4096}'|\"(?:[^\"\\]|\\.){0,4096}\"|\[[^\]]{0,4096}\]|[^,\s)]{1,4096})"
@@ -166,8 +165,8 @@ _PAIR_RE = re.compile(
 
 
 # The same for the `'key': value` items of a dict literal (non-default args). Not
-# ast.literal_eval of the whole payload: it costs ~0.45 us a byte (a file of such lines
-# 60x a log); only the value of a capacity key, short, is evaluated.
+# ast.literal_eval of the whole payload (slow a byte): only a capacity key's short value is
+# evaluated.
 _DICT_PAIR_RE = re.compile(
     r"'(?P<key>[A-Za-z_]\w{0,80})': "
     r"(?P<value>'(?:[^'\\]|\\.){0,4096}'|\"(?:[^\"\\]|\\.){0,4096}\"|\[[^\]]{0,4096}\]|[^,}\s]{1,4096})"
@@ -200,7 +199,7 @@ def config_pairs(origin: str, payload: str) -> dict[str, str]:
             last[name] = text
         return {name: _dict_value(text) for name, text in last.items()}
     # findall builds the (key, value) pairs in C and a comprehension drops the keys of no
-    # interest: a payload of 5,000 pairs took 8.5 ms per 64 KiB with Match objects.
+    # interest (no Match object per pair).
     pairs = _PAIR_RE.findall(payload[:CONFIG_BUDGET])
     for key, value in [pair for pair in pairs if pair[0] in cat.CONFIG_KEYS]:
         name = cat.CONFIG_KEYS[key]
@@ -231,7 +230,7 @@ def classify(message: str, env: Env) -> tuple[str, dict[str, Any]] | None:
     if STATS_START_RE.match(message) or message.startswith("Throughput: "):
         return "scheduler_stats", stats_fields(message[:STATS_BUDGET])
     # Where a record may start in a message without an envelope, past position 0: found once
-    # for every row (per row, the two leads cost ~100 us on a 4 KB line).
+    # for every row, not per row.
     starts = [] if env.known else _bare_starts(message)
     # vLLM's startup refusal raises its sizing line as an exception's message (`ValueError:
     # Free memory on device ...`). Sizing only: no count or verdict rests on it, so an

@@ -1,12 +1,11 @@
 """Column-wise cues: what the per-line path could read in a line, found cheaply.
 
-The router (ingest/_route.py) leaves a line to the per-line path only when something in it,
-or in the line before it, could make it a record; these checks decide that, and must agree
-with the per-line path (ingest/_envelope.py, _classify.py, _lines.py; checked by
-tests/ingest/test_hostile_routing.py). Apart from the router because of what they must be on
-hostile lines: each check runs only on the lines the cheaper ones before it left (`either`,
-`both`), a pattern only where a literal every match of it holds is present, so a file of
-`[`, `01-` or noise runs costs about what a log costs (docs/benchmarks.md, adversarial inputs).
+Owns the checks by which the router (ingest/_route.py) leaves a line to the per-line path:
+something in it, or in the line before it, could make it a record. They must agree with the
+per-line path (_envelope.py, _classify.py, _lines.py; tests/ingest/test_hostile_routing.py).
+Never reads a record. Each check runs only on the lines the cheaper ones before it left
+(`either`, `both`), a pattern only where a literal all its matches hold is present, so
+hostile text costs about what a log costs (docs/benchmarks.md, adversarial inputs).
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ from preemptscope.ingest import catalogue as cat
 from preemptscope.ingest._envelope import PROCESS_NAME_MAX
 
 # Every ANSI form seen in logs ends a colour with a reset; ESC-less pastes keep `[0m`.
-# Sets of literals are looked for with one regex alternation (the regex crate's SIMD literal
-# search, ~0.2 ms a MB), not `contains_any` (Aho-Corasick: 2-7 ms a MB on `[`, `01-` and
-# noise runs, 0.3-1.3 on a normal log).
-# (ESC apart: a one-byte literal in the alternation made it 11-15 ms a MB on `[` runs.)
+# A set of literals is one regex alternation (the regex crate's SIMD literal search), not
+# `contains_any` (Aho-Corasick, several times slower on hostile runs). ESC stays apart: a
+# one-byte literal in an alternation slows its search.
 _ANSI_LITERALS = ["\x1b", "#033[", "[0m", "[0;0m"]
 ESCLESS_LIT = "|".join(re.escape(literal) for literal in _ANSI_LITERALS[1:])
 # What makes a line without a header and a kind literal output of its own, in the per-line
@@ -33,8 +31,8 @@ ESCLESS_LIT = "|".join(re.escape(literal) for literal in _ANSI_LITERALS[1:])
 # process or a level needs its cue here, or its lines are unrecognised unread. A container
 # timestamp counts at the line start only, where the per-line path reads one (plain output
 # may follow it); elsewhere a date names nobody.
-# Looked for in parts, each only where the ones before found nothing (either): one
-# alternation of all with the date cost 2-3 ms a MB on `[` and `01-` runs.
+# Looked for in parts (`either`): one alternation of all with the date is slow on `[` and
+# `01-` runs.
 ENVELOPE_LITERALS = r"pid=|\[rank|DEBUG|INFO|WARN|ERROR|CRITICAL|TRACE"
 SYSLOG_PID = r"\[[0-9]+\]: "  # syslog's `python3[28059]: `
 # What the per-line path reads at the start of a line as an envelope: a JSON object (even a
@@ -49,8 +47,8 @@ KIND_LIT = "|".join(re.escape(literal) for literal in sorted(_glue.KIND_LITERALS
 # Unicode ones compile past the Rust regex size limit. `  ` at the start or behind a compose
 # bar: a traceback frame's code line.
 _PLAIN_LEAD = r"^(?:[^\s|]{1,81} +\| )?(?:[^A-Za-z0-9_\n]{1,8} *)?"
-# Anchored; `^  ` and `|  ` are literal checks beside it (as alternatives of the one regex,
-# the unanchored `\|  ` made it scan every byte: 3-5 ms per MB of hostile lines, 0.2-2.6 so).
+# Anchored; `^  ` and `|  ` are literal checks beside it: as alternatives in it, the
+# unanchored `\|  ` would make it scan every byte.
 PLAIN_CUE = (
     _PLAIN_LEAD
     + "(?:"
@@ -59,7 +57,7 @@ PLAIN_CUE = (
 )
 # One of these literals (one of `^~` apart: one-byte literals in an alternation slow its search)
 # is in every match of PLAIN_CUE: looked for first, the cue then runs on the lines holding one
-# (2.5 ms a MB on noise lines, its bounded runs read most of each line).
+# (its bounded runs read most of each line).
 PLAIN_LITERALS = (
     r'Traceback \(most|During handling|The above exception|File "'
     r"|Error|Exception|Exit|Interrupt|Warning|%\||% Completed \|"
@@ -79,7 +77,7 @@ def json_objects(text: pl.Series, braced: pl.Series) -> pl.Series:
 
 
 # Above this share of a Series, a check runs on all of it: gathering most of the lines copies
-# them (~0.3 ms a MB) for little saved.
+# them for little saved.
 _GATHER_MAX = 0.5
 
 
@@ -134,8 +132,8 @@ def colour_code(text: pl.Series) -> pl.Series:
 
 
 # Every literal one of the checks of `readable` needs (each pattern's own gate; PLAIN_CUE's
-# `^~` apart): one scan of them settles a line of noise (the checks in turn cost ~2.7 ms a MB
-# on such lines, most of it one scan each and the gathers between them).
+# `^~` apart): one scan of them settles a line of noise, where the checks in turn cost a scan
+# each and the gathers between them.
 _READABLE_LITERALS = "|".join((ENVELOPE_LITERALS, r"\]: ", r"\|  ", PLAIN_LITERALS))
 
 
@@ -180,7 +178,7 @@ def envelope_cue(text: pl.Series) -> pl.Series:
 
 
 def strip_ansi(text: _Text) -> _Text:
-    """Two passes (catalogue.ANSI_ESC): one alternation cost 45 ns a byte on `[` runs."""
+    """Two passes (catalogue.ANSI_ESC): one alternation of both is slow on `[` runs."""
     return text.str.replace_all(cat.ANSI_ESC, "").str.replace_all(cat.ANSI_SGR, "")
 
 
@@ -217,7 +215,7 @@ def may_be_continued(prev: pl.Series) -> pl.Series:
         return either(
             cleaned,
             # The literals first, in one scan (the kind literals, the envelope cues' own):
-            # a line of noise holds none (one scan each cost ~5 ms a MB of noise in all).
+            # a line of noise holds none, and one scan each would cost several.
             lambda part: both(
                 part.str.contains(_CUED_LITERALS),
                 part,
@@ -231,8 +229,8 @@ def may_be_continued(prev: pl.Series) -> pl.Series:
     return both(long, prev, cued)
 
 
-# In every match of cat.TIMESTAMP, and a literal first (a fast scan): 0.4 ms a MB of noise
-# where the timestamp's pattern costs 1.3 (its own gate, a `:`, is in most lines of text).
+# In every match of cat.TIMESTAMP, and found by a fast scan, where the timestamp pattern's
+# own gate, a `:`, is in most lines of text.
 TIMESTAMP_GATE = r":[0-5][0-9]:"
 
 
@@ -245,7 +243,7 @@ def timestamp(text: pl.Series) -> pl.Series:
 
 def header_counts(text: pl.Series) -> pl.Series:
     """HEADER_CORE matches in each text, counted only where there is a `] ` (every header
-    ends in one): the count cost 2 ms a MB on `01-` runs."""
+    ends in one): counting is slow on `01-` runs."""
     gate = text.str.contains("] ", literal=True)
     index = gate.arg_true()
     if index.len() > _GATHER_MAX * text.len():
@@ -299,8 +297,8 @@ _HEAD_MAX = 50
 # unbounded head, of a location lead (`[file.py:1] `), or of a process prefix (`Name pid=`).
 # Each is a superset of the shape it stands for (a line it wrongly matches is only read in
 # full), in ASCII classes where the shape has Unicode ones (`\w`, `\d`): Polars' cache keeps
-# 32 compiled patterns, fewer than a batch uses, so each is compiled again per batch (with
-# Unicode classes under counted repeats this one took 54 ms to compile; so, under 1).
+# 32 compiled patterns, fewer than a batch uses, so each is compiled again per batch, and
+# Unicode classes under counted repeats compile some fifty times slower.
 # `_WORDISH`: every character but ASCII punctuation other than `+-.:_` (a superset of `\w`).
 _WORDISH = r"[^!-*,/;-@\[-^`{-~\n]"
 _HEAD_PREFIXES = rf"[^\n]{{0,17}}{_WORDISH}*$|[\s▄█▀]*$"
@@ -315,7 +313,7 @@ _START_SHAPES = (
     rf"|{_HEAD_PREFIXES}|{_PROCESS_PREFIX})"
 )
 # Anywhere: a location (`:1]`, every header and location lead holds one), a date (every
-# foreign envelope's timestamp starts with one). Apart: as one alternation 4 ms a MB, 1.5 so.
+# foreign envelope's timestamp starts with one). Apart: as one alternation they are slower.
 _LOCATION = r":[0-9]+\]"
 _DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 # At the end: what may be the start of an envelope the next line completes (a vLLM header, a

@@ -1,11 +1,11 @@
 """The envelope around a message: wrappers, vLLM headers, process prefixes, JSON lines.
 
-The first step of the per-line path (ingest/_lines.py): what wrote a line and when (a
+The first step of the per-line path (ingest/_lines.py). Owns what wrote a line and when (a
 container timestamp, a vLLM header, a foreign or uvicorn envelope, a process or rank prefix,
-docker json-file or vLLM's JSON formatter), and the message left after it; also the text
-clean-up before it (tqdm redraws, ANSI codes). Apart from the catalogue rows (_classify.py)
-because every pattern here must stay linear on any text: the header and the process prefix
-are found in steps, not by one pattern with lazy runs.
+docker json-file or vLLM's JSON formatter), the message left after it, and the clean-up
+before it (tqdm redraws, ANSI codes). A line's first envelope is its envelope. Never matches
+a catalogue row (_classify.py does). Every pattern here stays linear on any text: the header
+and the process prefix are found in steps, not by one pattern with lazy runs.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ FLAGS = regex.VERSION0  # every `regex` pattern of the per-line path
 # Linear time, whatever the line: no pattern here has a lazy run before another run or a
 # quantified group inside a quantified group; the envelope is found in steps (a wrapper at the
 # start, the first vLLM header by search, the process prefix by walking back from ` pid=`).
-# cat.ANSI_ESC then cat.ANSI_SGR (stdlib `re`, which skips to a literal start in C; the
-# `regex` module tried the optional prefix at every character: 8-14 ms a MB of ordinary
-# text, 170 ms on `[[[[`). Linear: `(?:;[0-9]{1,3})*` repeats after a `;` it must consume.
+# cat.ANSI_ESC then cat.ANSI_SGR, in stdlib `re`: it skips to a literal start in C, where
+# `regex` tries the optional prefix at every character. Linear: `(?:;[0-9]{1,3})*` repeats
+# after a `;` it must consume.
 _ANSI_ESC_RE = re.compile(cat.ANSI_ESC)
 _SGR = cat.ANSI_SGR_CORE
 _ANSI_SGR_RE = re.compile(rf"#033{_SGR}|\^\[{_SGR}|{_SGR}")  # cat.ANSI_SGR, literal first
@@ -39,12 +39,10 @@ TIMESTAMP_RE = regex.compile(cat.TIMESTAMP, FLAGS)
 # whole header costs its optional level group at every character of a long line.
 _HEADER_AT_RE = regex.compile(cat.HEADER[cat.HEADER.index("(?P<mon>") :], FLAGS)
 HEADER_CORE_RE = regex.compile(cat.HEADER_CORE, FLAGS)
-# Timestamps are looked for with stdlib `re` (an ASCII pattern: the same matches; its scan of
-# `01-01-01...` runs is ~2x faster), each checked by _HEADER_AT_RE; after _STAMP_TRIES that
-# start no header, one search for the first place where both match (a Python step per such
-# timestamp cost ~26 ns a byte on runs of `01-15 14:00:00   File`, 19 so; the lookahead
-# search alone is slower than the loop over `01-` runs: 84 ns a byte, where the loop's
-# timestamp scan costs 18).
+# Timestamps are looked for with stdlib `re` (an ASCII pattern: the same matches, a faster
+# scan), each checked by _HEADER_AT_RE; after _STAMP_TRIES that start no header, one search
+# for the first place where both match, so a run of false timestamps costs no Python step
+# each (the search alone is slower than the loop on `01-` runs, hence the loop first).
 _TIMESTAMP_STD_RE = re.compile(cat.TIMESTAMP)
 _HEADER_SEARCH_RE = regex.compile(f"(?={cat.TIMESTAMP}){_HEADER_AT_RE.pattern}", FLAGS)
 _STAMP_TRIES = 32
@@ -65,7 +63,7 @@ assert _PROC in cat.PROCESS
 _ELIDED = cat.ELIDED_ENVELOPE.replace(cat.PROCESS, cat.PROCESS.replace(_PROC, _PROC_BOUNDED))
 ELIDED_RE = regex.compile(_ELIDED, FLAGS)
 # The same without its process prefix, for a line without ` pid=` (which every process prefix
-# holds): the prefix's lazy run cost ~0.16 us a byte on a line that starts with a name.
+# holds): the prefix's lazy run is costly on a line that starts with a name.
 _ELIDED_PROCESS = f"(?:{cat.PROCESS}|{cat.RANK})?"
 assert _ELIDED_PROCESS in cat.ELIDED_ENVELOPE
 _ELIDED_NO_PID_RE = regex.compile(
@@ -272,9 +270,8 @@ def envelope(text: str) -> tuple[Env, str]:
     # request's text (vLLM logs a client's prompt, id and output only on request lines).
     if found is not None and _REQUEST_LIT_RE.search(text, begin, found[0]) is not None:
         found = None
-    # Foreign envelopes and uvicorn's all hold a level word: without one, none of their six
-    # searches (~7.5 ns a byte each) runs (hypothesis found `1.{non-default args: '` runs
-    # at 560 ms per MB).
+    # Foreign envelopes and uvicorn's all hold a level word: without one, none of their
+    # searches runs.
     worded = found is None and any(word in text for word in _LEVEL_WORDS)
     levelled = colon and worded
     if found is not None:
@@ -385,7 +382,7 @@ _JSON_MAX_OPEN = 512
 def _utf8(obj: object) -> bool:
     """Whether a decoded JSON value holds no lone surrogate (`"\\ud807"`: json.loads takes
     it, Polars' decoder takes no document that holds one, so the router reads such a line as
-    text; a message with one ended the parse when its rows were built)."""
+    text, and so must this path)."""
     try:
         json.dumps(obj, ensure_ascii=False).encode()
     except (UnicodeEncodeError, RecursionError, ValueError):
@@ -426,8 +423,7 @@ def json_line(text: str) -> tuple[Env, str] | None:
             # docker's time is the outer wrapper: it wins, as in `<time> <log>` (the form
             # the router reads these lines in) the first wrapper does. A time that is no
             # container time (not ASCII digits, no time at all) gives none, and the router
-            # leaves such a line to this path (int() read `١2025` as the year 1202; `x2025`
-            # ended the parse).
+            # leaves such a line to this path.
             time = obj["time"]
             env.wts = time if WRAPPER_TIME_RE.fullmatch(time) is not None else None
         return env, message
@@ -492,16 +488,13 @@ def clean(text: str) -> str:
 
 def _clean(text: str) -> str:
     if "\r" in text:
-        # tqdm redraws: the log record is what follows the last carriage return that has one.
-        # The part holding the last header (no header spans a `\r`), found in one scan: a
-        # search per part cost a Python step per `\r` (170 ns a byte on `\r]\r]...`).
-        # A request line's header ends the search: vLLM logs a client's `request_id` as it
-        # is, carriage returns too (its prompt goes through `repr`), so a header behind it is
-        # the client's text, not a record, and the line runs to its end. (tqdm writes its
-        # redraws before a record; a record ends with its newline, not a `\r`.)
-        # So is a request row's literal in front of a header, behind any other envelope (a
-        # foreign format's `INFO:vllm.entrypoints.logger:Received request <id>`): the request
-        # line runs from the redraw it starts after to the end of the line.
+        # tqdm redraws: the record is the part after a `\r` that holds the last header (no
+        # header spans a `\r`; tqdm redraws before a record, which ends with its newline),
+        # found in one scan, not a search per part. A request line ends the search: vLLM logs
+        # a client's `request_id` as it is, `\r` included (the prompt goes through `repr`),
+        # so a header behind a request header or a request row's literal (behind any
+        # envelope) is the client's text, and the request line runs from the redraw it
+        # starts after to the end of the line.
         last, request = None, False
         literal = _REQUEST_LIT_RE.search(text)
         for last in HEADER_CORE_RE.finditer(text) if "] " in text else ():

@@ -3,6 +3,7 @@ other): a routed part of raw lines becomes its kind's columns before timestamps 
 
 Bulk lines are taken apart with positions and small regexes on short slices; what repeats
 across lines (prefixes, logger locations, request parts) is parsed once per distinct value.
+Never decides which lines a kind claims (the router does) and never dates a row.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _stats_invalid(msg: pl.Expr) -> pl.Expr:
 # What a stats field's number needs to fail its column (the fields' patterns capture ASCII
 # digits and dots, which always parse otherwise): 19 digits or more (Int64 overflow; a float
 # needs 309), two dots in one number, or dots alone where a float stands. Lines with none of
-# these skip the checks: a dozen extractions that cost 3 ms a chunk whatever its stats lines.
+# these skip the checks (a dozen extractions a chunk, whatever its stats lines).
 _STATS_SUSPECT = r"[0-9]{19}|\.[0-9]*\.|: \.+(?: tokens/s|%)"
 
 
@@ -190,9 +191,9 @@ assert len(_WORDS_EVENTS) == 4 * len(_REQ_EVENTS)
 # The word an id is read from: up to an ASCII blank or `,`, less the `:` or `.` the row's
 # format puts after the id (`Received request %s: `, `Added request %s.`); a `:` inside an id
 # stays (`tenant:7`). The router claims the lines whose id ends so (ingest/_route.py
-# `_claimed`). A find over a set of single bytes: ~2/3 of the cost of one over `\s`, which
-# holds wider characters, or of one that looks for a `:` with a blank after it. The delta
-# suffix starts with a blank.
+# `_claimed`). A find over a set of single bytes costs less than one over `\s`, which holds
+# wider characters, or one that looks for a `:` with a blank after it. The delta suffix
+# starts with a blank.
 _ID_END = r"[\t-\r ,]"
 _ID_TAIL = ".:"
 assert _DELTA[0] == " "
@@ -374,10 +375,10 @@ def _word(text: pl.Expr, ascii: bool, delimiters: str = r"[ :,\r\n]") -> pl.Expr
 
 def _requests_frame(sub: pl.DataFrame) -> pl.DataFrame:
     # The message starts with the row's lead words and the id: positions and anchored regexes
-    # with no capture group (a capture runs the slow engine over the id: 5x the cost), on
-    # the first _REQ_HEAD characters of the message. Each step is a column of its own: an
-    # eager select computes a shared sub-expression once per use, and these run on millions
-    # of rows; each string column costs ~50 ns a row, so there are few.
+    # with no capture group (a capture runs the slow engine over the id), on the first
+    # _REQ_HEAD characters of the message. Each step is a column of its own: an eager select
+    # computes a shared sub-expression once per use, and these run on millions of rows; each
+    # string column costs a pass, so there are few.
     frame = _header_columns(sub, None, locations=False)
     frame = _request_columns(frame, pl.col("raw").str.slice(pl.col("_msg_at"), _REQ_HEAD))
     # An id the head may have cut (no end in it, or too near its end for the delta suffix,

@@ -36,8 +36,8 @@ def split_glued(text: str) -> list[str]:
     A cut is made only after a complete record of a kind in _GLUE_AFTER with a known
     envelope; the first segment that is anything else runs to the end of the line.
     """
-    # Lazily: a request line full of fake headers ends at its first one (a prompt of
-    # back-to-back headers cost a record_start per header before).
+    # Lazily: a request line full of fake headers ends at its first one, so a prompt of
+    # back-to-back headers costs no record_start per header.
     # Every header ends in `] `: without one (after the first), no scan (of the rest).
     if "] " not in text:
         return [text]

@@ -6,6 +6,7 @@ JSON-formatted lines, foreign logging formats, records glued on one physical lin
 hard-wraps, and lines nobody recognises (which end up in `unrecognized`). Both paths read the
 same catalogue rows. This module is the driver: each line's envelope (_envelope.py), its
 kind and columns (_classify.py), glue, wraps and repeats (_glue.py), and the rows it gives.
+It never decides which lines come here (the router does).
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Bytes to lines, fast: big chunks split at newlines into a Polars Series without a Python loop."""
+"""Bytes to lines, fast: big chunks split at newlines into a Polars Series without a Python loop.
+
+Owns opening an input (plain, gzip, stdin) under `ReadLimits`, where a chunk may be cut (never
+inside a record a hard-wrap may continue), and decoding lines (bad UTF-8 kept as U+FFFD).
+Never reads what a line says beyond that.
+"""
 
 from __future__ import annotations
 
@@ -20,8 +25,8 @@ from preemptscope.ingest._arrow import binary_lines
 
 from preemptscope.errors import ConfigError, InputError
 
-# Up to about eight chunks are alive at once (read, routed, dated, joined): 16 MiB keeps a
-# report's peak near 400 MB on 1 GB of log for the same CPU time as 32 MiB (540 MB; bench/).
+# Up to about eight chunks are alive at once (read, routed, dated, joined): 16 MiB costs the
+# CPU time of larger chunks in less memory (docs/benchmarks.md, "Memory").
 CHUNK_BYTES = 16 * 1024 * 1024
 
 
@@ -164,7 +169,7 @@ def iter_blocks(
     try:
         while True:
             # numpy's allocator hands out memory without zero-filling it (bytearray(n) zeroes
-            # a whole chunk first: ~10 ms per chunk); readinto overwrites what is used.
+            # a whole chunk first); readinto overwrites what is used.
             buffer = np.empty(len(carry) + chunk_bytes, dtype=np.uint8)
             view = buffer.data.cast("B")
             view[: len(carry)] = carry
@@ -173,8 +178,7 @@ def iter_blocks(
                 break
             end = len(carry) + got
             # Short of a full chunk: the input has ended (_read_full), so the block needs no
-            # safe cut (a search of 1 MiB of lines that could continue cost a file smaller
-            # than a chunk as much again as parsing them: 4 KB lines of a kind literal).
+            # safe cut (on lines that could all continue, the search costs as much as parsing).
             at_end = got < chunk_bytes
             newline = _rfind_newline(view, end)
             if end - (newline + 1) > limits.max_line_bytes:
@@ -308,14 +312,12 @@ TERMINAL = ".%)]}'\"!?"
 WRAP_MIN = 60
 _TERMINAL = frozenset(TERMINAL.encode())
 _SAFE_SEARCH = 4096
-# Nor more than this many bytes of them: each costs a per-line read (`may_continue`), and 4,096
-# lines of 4 KB that could all continue cost as much again as parsing them (`1.{non-default
-# args: '` runs, found by bench/hostile_search.py).
+# Nor more than this many bytes of them: each costs a per-line read (`may_continue`), and
+# thousands of long lines that could all continue would cost as much again as parsing them.
 _SAFE_SEARCH_BYTES = 1024 * 1024
 # Past this, a block with no safe cut among its last _SAFE_SEARCH lines ends at its last
-# newline (only noise has that many lines in a row that could continue): at 64 MiB, a file
-# of such lines made chunks of up to 96 MiB and parse --json's peak RSS grew with the file
-# (604 MB at 128 MB, 824 MB at 256 MB).
+# newline (only noise has that many lines in a row that could continue), so memory stays
+# bounded whatever the file's size.
 _MAX_CARRY = 8 * 1024 * 1024
 _UNDECIDED = -2
 
@@ -397,9 +399,9 @@ def lines_from_buffers(
     try:
         lines = binary.cast(pl.String)
     except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError):
-        # The lines with a byte past ASCII through Python's decoder; the others cast as
-        # before, over a copy of the chunk with those bytes blanked (Polars checks the whole
-        # buffer): a chunk with one bad byte no longer decodes every line in Python.
+        # The lines with a byte past ASCII through Python's decoder; the others cast over a
+        # copy of the chunk with those bytes blanked (Polars checks the whole buffer), so one
+        # bad byte does not send every line of its chunk through Python.
         high = np.flatnonzero(data >= 0x80)
         rows = np.unique(np.searchsorted(offsets, high, side="right") - 1)
         texts = [

@@ -5,6 +5,9 @@ else of any line of the first batch, then a JSON/foreign asctime (which carries 
 — > --year / --start > a date in the file name > the file's mtime > now. The year is fixed for
 the first timestamped record (counting back over the Dec → Jan rollovers before a carried
 time); a month going back by six or more starts the next year.
+
+Owns the year, the zone and the timestamp column of every row; never reads a line's text
+(the envelope's time columns come in) and never opens a file (its name and mtime are given).
 """
 
 from __future__ import annotations
@@ -346,7 +349,7 @@ def stamp(
         # The usual batch: one year, no JSON times. Rows in line order repeat their local time
         # (many lines a second): each run of one (month, day, time) is parsed once and spread
         # back over its rows by the run's number, with no join and no string per row. Rows
-        # without a time of their own (`_mon` null) get none, as before.
+        # without a time of their own (`_mon` null) get none.
         year = batch_year
         text = pl.concat_str(
             [pl.lit(f"{year:04d}-"), pl.col("_mon"), pl.lit("-"), pl.col("_day"), pl.lit(" "),
@@ -372,7 +375,7 @@ def stamp(
             wanted = years.select("line", "_year")
             if frame.height * 8 < wanted.height:
                 # A small kind beside the bulk of a batch (its few stats lines among 60,000
-                # request lines): a join would hash every year of the batch (7 ms a call).
+                # request lines): a join would hash every year of the batch.
                 wanted = wanted.filter(pl.col("line").is_in(frame["line"].implode()))
             frame = frame.join(wanted, on="line", how="left", maintain_order="left")
         frame = frame.with_row_index("_row")

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # Both engines read `\w`, `\d` and so `\b` by their own Unicode tables, which differ (the
-# `regex` module's are newer: 17,559 code points more are `\w` to it, ten more `\d`; the
-# set is in tests/ingest/test_engine_classes.py). vLLM and the loggers around it print their
-# numbers, names and levels in ASCII, so every pattern both paths read (and every per-line
-# pattern the router's cues stand for) has ASCII classes: `[0-9]` for a digit, and no `\b`
-# (the stats fields start at FIELD_START).
+# `regex` module's are newer; the difference is in tests/ingest/test_engine_classes.py).
+# vLLM and the loggers around it print their numbers, names and levels in ASCII, so every
+# pattern both paths read (and every per-line pattern the router's cues stand for) has ASCII
+# classes: `[0-9]` for a digit, and no `\b` (the stats fields start at FIELD_START).
 # What `\s` is to both engines (Unicode White_Space), for Python's str methods, whose
 # whitespace also holds U+001C-U+001F (as `\s` does to stdlib `re`): where the router reads
 # `\s` or strips with Polars' `strip_chars()`, the per-line path strips these.
@@ -109,11 +108,10 @@ SYSLOG = (
 )
 # ANSI colour codes, also with the ESC byte lost (`[1;36m`) or rendered by journald (`#033[`).
 # Removed in two passes, escape sequences first, then the colour forms without ESC: each
-# pattern starts with a literal, so an engine skips to its candidates; as one alternation
-# (with an optional prefix) a line of `[` runs cost ~45 ns a byte in Polars (every `[` a
-# candidate of both halves), 0.5 ns in two passes. The one difference with a single pass: a
-# colour code split by an escape sequence (`[1` ESC`[0m` `m`), which no terminal writes,
-# is removed too.
+# pattern starts with a literal, so an engine skips to its candidates, where one alternation
+# (with an optional prefix) makes every `[` a candidate of both halves. The one difference
+# with a single pass: a colour code split by an escape sequence (`[1` ESC`[0m` `m`), which no
+# terminal writes, is removed too.
 ANSI_ESC = r"\x1b\[[0-9;]*[A-Za-z]"
 ANSI_SGR_CORE = r"\[[0-9]{1,3}(?:;[0-9]{1,3})*m"
 ANSI_SGR = rf"(?:#033|\^\[)?{ANSI_SGR_CORE}"

@@ -6,7 +6,8 @@ ReadLimits), routing (ingest/_route.py: every line to its kind, column-wise), ex
 config lines and every odd line, per line), and here: dating, assembling and the public
 entry points (`parse_path`, `iter_parse_path`, `parse_lines`, `iter_log_paths`).
 Every physical line ends up in a frame, as the continuation of a record, as blank, or in
-`unrecognized`; `LogFrames.accounting` adds up.
+`unrecognized`; `LogFrames.accounting` adds up. Never matches a pattern itself: what a line
+is, the seams decide.
 """
 
 from __future__ import annotations
@@ -267,8 +268,9 @@ def _date_and_stamp(
         "deployment": pl.lit(deployment, dtype=pl.String).alias("deployment"),
     }
     # The kinds of records (a few rows each: stats, warnings, config, ...) are stamped in one
-    # go: a stamp costs ~1 ms whatever its rows, and its timestamps are the rows' own. They
-    # look their years up among the records' only (a bulk row is never on a record's line).
+    # go: a stamp costs the same queries whatever its rows, and its timestamps are the rows'
+    # own. They look their years up among the records' only (a bulk row is never on a
+    # record's line).
     records = [kind for kind in kinds if not has_bulk[kind]]
     record_times: dict[str, pl.Series] = {}
     if len(records) > 1:
