@@ -190,7 +190,7 @@ def process_of(pre: str, wrapped: bool) -> tuple[str | None, int | None]:
     """The process prefix in `pre`, the text in front of a level word as the column-wise path
     cuts it (after a wrapper's time and one blank, when `wrapped`), read as the per-line path
     reads the text between the wrapper and the level. A pid past 64 bits is None, so the
-    column stays Int64; the router leaves such lines to the per-line path (ingest/_route.py
+    column stays Int64; the router leaves such lines to the per-line path (ingest/_claims.py
     `_LONG_PID`), where they are unrecognised with the reason."""
     if wrapped:
         match = _AFTER_WRAPPER_TIME_RE.match(pre)

@@ -190,7 +190,7 @@ assert all(re.fullmatch(_REQ_WORDS[1:], words) for words in _WORDS_EVENTS)
 assert len(_WORDS_EVENTS) == 4 * len(_REQ_EVENTS)
 # The word an id is read from: up to an ASCII blank or `,`, less the `:` or `.` the row's
 # format puts after the id (`Received request %s: `, `Added request %s.`); a `:` inside an id
-# stays (`tenant:7`). The router claims the lines whose id ends so (ingest/_route.py
+# stays (`tenant:7`). The router claims the lines whose id ends so (ingest/_claims.py
 # `_claimed`). A find over a set of single bytes costs less than one over `\s`, which holds
 # wider characters, or one that looks for a `:` with a blank after it. The delta suffix
 # starts with a blank.

@@ -155,7 +155,7 @@ def _finish(
     if unrec:
         rows = pl.concat(unrec)
         # In line order already where short lines of noise were settled in bulk after the
-        # others (ingest/_route.py _short_noise): a sort would copy millions of rows.
+        # others (ingest/_noise.py _short_noise): a sort would copy millions of rows.
         if not rows["line"].is_sorted():
             rows = rows.sort("line")
         result.frames["unrecognized"] = rows.with_columns(
