@@ -2,21 +2,26 @@
 
 The log is parsed once, as `report` reads it (REDUCED kinds, one chunk at a time); its
 request frames are kept and fed to a fresh RequestJoin per run, serially (one Polars thread
-unless POLARS_MAX_THREADS is set). With `--baseline FILE` (another version of lifecycle.py,
-e.g. `git show main:ingest/lifecycle.py > /tmp/base.py`) both run in the same process,
-interleaved, best of `--repeat`, and their ARRIVALS/JOINED rows must be equal. Timings on a
-shared machine are noisy: read the ratio. Nothing here is a test. Usage:
+unless POLARS_MAX_THREADS is set). With `--baseline DIR` (another version's ingest/, e.g.
+`git worktree add /tmp/base REV` then `--baseline /tmp/base/ingest`; its lifecycle*.py are
+loaded in place of ours while it is imported) both run in the same process, interleaved, best
+of `--repeat`, and their ARRIVALS/JOINED rows must be equal. Timings on a shared machine are
+noisy: read the ratio. Nothing here is a test. Usage:
 
-    python bench/bench_join.py LOG [--baseline FILE ...] [--repeat 3]
+    python bench/bench_join.py LOG [--baseline DIR ...] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.abc
 import importlib.util
 import os
 import sys
 import time
+from importlib.machinery import ModuleSpec
+from pathlib import Path
 from types import ModuleType
 
 os.environ.setdefault("POLARS_MAX_THREADS", "1")
@@ -26,14 +31,42 @@ from preemptscope.ingest import lifecycle
 from preemptscope.ingest.logs import REDUCED, iter_parse_path
 
 
-def _load(path: str, number: int) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"baseline_lifecycle{number}", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"{path}: not a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+class _From(importlib.abc.MetaPathFinder):
+    """Finds preemptscope.ingest.lifecycle* in another version's ingest/ directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def find_spec(self, name: str, path: object, target: object = None) -> ModuleSpec | None:
+        stem = name.rpartition(".")[2]
+        file = self.directory / f"{stem}.py"
+        if not name.startswith(f"{_FAMILY}.lifecycle") or not file.is_file():
+            return None
+        return importlib.util.spec_from_file_location(name, file)
+
+
+_FAMILY = "preemptscope.ingest"
+
+
+def _load(directory: str) -> ModuleType:
+    """Another version's lifecycle (and the lifecycle_* modules it imports), ours restored."""
+    ours = {k: v for k, v in sys.modules.items() if k.startswith(f"{_FAMILY}.lifecycle")}
+    finder = _From(Path(directory))
+    if not (finder.directory / "lifecycle.py").is_file():
+        raise SystemExit(f"{directory}: no lifecycle.py (give another version's ingest/)")
+    for name in ours:
+        del sys.modules[name]
+    sys.meta_path.insert(0, finder)
+    try:
+        return importlib.import_module(f"{_FAMILY}.lifecycle")
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [k for k in sys.modules if k.startswith(f"{_FAMILY}.lifecycle")]:
+            del sys.modules[name]
+        sys.modules.update(ours)
+        package = sys.modules[_FAMILY]
+        for name, module in ours.items():  # the import bound the baseline's to the package
+            setattr(package, name.rpartition(".")[2], module)
 
 
 def _run(
@@ -64,7 +97,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log")
     parser.add_argument(
-        "--baseline", action="append", default=[], help="another lifecycle.py (repeatable)"
+        "--baseline",
+        action="append",
+        default=[],
+        help="another version's ingest/ (repeatable)",
     )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
@@ -78,7 +114,7 @@ def main() -> None:
     print(f"{args.log}: {size:.0f} MB, {len(chunks)} chunks, {rows:,} request rows")
     print(f"POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']}, cpus={os.cpu_count()}")
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    modules = {f"baseline{i or ''}": _load(path, i) for i, path in enumerate(args.baseline)}
+    modules = {f"baseline{i or ''}": _load(path) for i, path in enumerate(args.baseline)}
     modules["current"] = lifecycle
     best = {name: float("inf") for name in modules}
     best_cpu = dict(best)
