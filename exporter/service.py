@@ -7,6 +7,7 @@ read the immutable snapshot that the analysis loop swaps in, so /metrics stays f
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -170,7 +171,8 @@ class Service:
         input_age = time.monotonic() - self._last_input
         checks = {
             "analysis_age_seconds": analysis_age,
-            "input_age_seconds": round(input_age, 3),
+            # Rounded up: an age past --ready-after never shows as equal to it.
+            "input_age_seconds": math.ceil(input_age * 1000) / 1000,
             "ready_after_seconds": limit,
         }
         # The loop analyses at least every ANALYSIS_MAX_IDLE_S (longer when analyses are slow).
