@@ -149,13 +149,13 @@ def points_from_latencies(frame: pl.DataFrame | None) -> StepPoints | None:
     p = (cum_p[hi] - cum_p[lo]) / np.maximum(end - first, 1e-9)
     # Context: from its first token to its end a request holds its prompt and the output so
     # far, which grows at an even pace (its output over its decode stretch).
-    valid = end > first
-    slope = np.where(valid, (out_tokens - 1) / np.where(valid, end - first, 1.0), 0.0)
-    c = _ramp_mean(first[valid], end[valid], prompts[valid], slope[valid], first, end)
     keep = ok & (n >= 1)
     if keep.sum() < MIN_POINTS:
         return None
-    return StepPoints(tpot[keep], n[keep], p[keep], f"{int(keep.sum())} requests' TPOT", c[keep])
+    valid = end > first  # every kept point's request among them
+    slope = np.where(valid, (out_tokens - 1) / np.where(valid, end - first, 1.0), 0.0)
+    c = _ramp_mean(first[valid], end[valid], prompts[valid], slope[valid], first[keep], end[keep])
+    return StepPoints(tpot[keep], n[keep], p[keep], f"{int(keep.sum())} requests' TPOT", c)
 
 
 def _series(metrics: pl.DataFrame, name: str, sample: str | None = None) -> pl.DataFrame:

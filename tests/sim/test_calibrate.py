@@ -397,3 +397,10 @@ def test_every_cost_change_carries_the_context_cost() -> None:
     assert "per context token" not in describe_cost(
         dataclasses.replace(config, step_cost=TRUE_COST)
     )
+
+
+def test_client_rows_without_a_decode_stretch_give_no_points() -> None:
+    """Rows whose end is their first token (no decode stretch) are no points, and no error."""
+    config = SimConfig(num_gpu_blocks_override=100_000, max_model_len=8192, step_cost=TRUTH)
+    rows = _client_rows(config).with_columns(pl.col("ttft").alias("e2e"))
+    assert points_from_latencies(rows) is None
