@@ -74,6 +74,7 @@ def _scaled(cost: FittedStepCost, x: tuple[float, float, float]) -> FittedStepCo
         per_step_s=cost.per_step_s * every * step,
         per_prefill_token_s=cost.per_prefill_token_s * every * prefill,
         per_decode_token_s=cost.per_decode_token_s * every,
+        per_context_token_s=cost.per_context_token_s * every,
         basis=cost.basis + ", closed loop",
     )
 

@@ -169,9 +169,13 @@ def reserves_full_isl(version: str | None) -> bool | None:
 
 @dataclass(frozen=True)
 class FittedStepCost:
-    """Step time fitted from observed data: per step + per prefill token + per decode token.
+    """Step time fitted from observed data: per step + per prefill token + per decode token
+    + per context token.
 
-    A decode token stands for one running request's step (its KV read included), so the fit
+    A decode token stands for one running request's step. The context term is the part of a
+    step that grows with the KV it reads (attention over every scheduled request's context):
+    without it a step costs the same whatever the KV in use, and a what-if with more KV blocks
+    runs too fast. It is 0 where the data could not tell it apart (`basis` says so). The fit
     needs no hardware or model figures. `basis` says which data it came from.
     """
 
@@ -181,20 +185,27 @@ class FittedStepCost:
     basis: str = ""
     points: int = 0
     rel_error: float | None = None  # median |fit - observed| / observed over the points
+    per_context_token_s: float = 0.0
 
     def step_time(
         self, tokens: float, context_tokens: float, attention_pairs: float, decode: float
     ) -> float:
+        """Seconds for one step; context_tokens as StepCostModel.step_time takes it."""
         return (
             self.per_step_s
             + self.per_prefill_token_s * (tokens - decode)
             + self.per_decode_token_s * decode
+            + self.per_context_token_s * context_tokens
         )
 
     def decode_step_times(self, batch: int, context0: float, steps: int) -> FloatArray:
-        times: FloatArray = np.full(
-            steps, self.per_step_s + self.per_decode_token_s * batch, dtype=np.float64
-        )
+        """Times of `steps` pure-decode steps of `batch` requests (context0 as in
+        StepCostModel.decode_step_times: each step adds one token per request)."""
+        fixed = self.per_step_s + self.per_decode_token_s * batch
+        if self.per_context_token_s == 0.0:
+            return np.full(steps, fixed, dtype=np.float64)
+        j = np.arange(1, steps + 1, dtype=np.float64)
+        times: FloatArray = fixed + self.per_context_token_s * (context0 + batch * j)
         return times
 
 

@@ -144,7 +144,12 @@ def engine_key(config: SimConfig) -> tuple[Any, ...]:
     """
     cost = cost_model(config)
     cost_key: Any = (
-        (cost.per_step_s, cost.per_prefill_token_s, cost.per_decode_token_s)
+        (
+            cost.per_step_s,
+            cost.per_prefill_token_s,
+            cost.per_decode_token_s,
+            cost.per_context_token_s,
+        )
         if isinstance(cost, FittedStepCost)
         else cost
     )

@@ -210,6 +210,7 @@ def candidate_config(base: SimConfig, changes: Mapping[str, Any]) -> SimConfig:
                 per_step_s=cost.per_step_s * ratio,
                 per_prefill_token_s=cost.per_prefill_token_s * ratio,
                 per_decode_token_s=cost.per_decode_token_s * ratio,
+                per_context_token_s=cost.per_context_token_s * ratio,
                 basis=cost.basis + f", scaled x{ratio:g} for the GPU count",
             ),
         )
@@ -422,7 +423,19 @@ def build_replay(
     )
     hit_rate = prefix_hit_rate(metrics, stats)
     caching = config.enable_prefix_caching
-    fitted = fit_step_cost(latencies, metrics, stats, prefix_hit_rate=hit_rate if caching else None)
+    # KV usage x the observed blocks is the context held (a preset's block count is no basis).
+    kv_tokens = (
+        config.num_gpu_blocks_override * config.block_size
+        if config.num_gpu_blocks_override is not None
+        else None
+    )
+    fitted = fit_step_cost(
+        latencies,
+        metrics,
+        stats,
+        prefix_hit_rate=hit_rate if caching else None,
+        kv_tokens=kv_tokens,
+    )
     if fitted is not None:
         config = dataclasses.replace(config, step_cost=fitted)
     else:
@@ -598,10 +611,15 @@ def describe_cost(config: SimConfig) -> str:
     if cost is None:
         return f"roofline of {config.model.name} on {config.gpu.name}"
     err = f", median error {cost.rel_error:.0%}" if cost.rel_error is not None else ""
+    context = (
+        f" + {cost.per_context_token_s * 1e6:.3f} µs per context token"
+        if cost.per_context_token_s
+        else ""
+    )
     return (
         f"fitted from {cost.basis}: {cost.per_step_s * 1e3:.1f} ms per step + "
         f"{cost.per_decode_token_s * 1e3:.3f} ms per running request + "
-        f"{cost.per_prefill_token_s * 1e3:.3f} ms per prefill token{err}"
+        f"{cost.per_prefill_token_s * 1e3:.3f} ms per prefill token{context}{err}"
     )
 
 

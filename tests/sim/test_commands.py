@@ -133,7 +133,7 @@ def test_whatif_replays_the_demo_to_its_own_counts(
     assert abs(now["preemptions"] - truth) <= 0.3 * truth
     assert now["output_throughput"] == pytest.approx(observed["output_throughput"], rel=0.10)
     assert now["e2e_p99"] == pytest.approx(observed["e2e_p99"], rel=0.15)
-    assert body["step_cost"]["basis"].endswith("TPOT")
+    assert body["step_cost"]["basis"].split(" (")[0].split(";")[0].endswith("requests' TPOT")
     assert body["assumptions"] == []  # everything came from the data
 
 

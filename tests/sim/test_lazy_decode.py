@@ -147,6 +147,8 @@ def test_every_step_rechecks_a_blocked_resumed_head_against_the_budget() -> None
 
 
 FITTED = FittedStepCost(per_step_s=0.02, per_prefill_token_s=1.2e-4, per_decode_token_s=4e-4)
+# With a context cost the lazy decode's steps lengthen as the batch's context grows.
+FITTED_CONTEXT = dataclasses.replace(FITTED, per_context_token_s=4e-5)
 
 
 @st.composite
@@ -178,7 +180,7 @@ def small_runs(draw: st.DrawFn) -> tuple[Workload, SimConfig, dict[str, object]]
         enable_prefix_caching=draw(st.booleans()),
         scheduler_reserve_full_isl=draw(st.booleans()),
         watermark=draw(st.sampled_from([0.0, 0.0, 0.05])),
-        step_cost=draw(st.sampled_from([None, FITTED])),
+        step_cost=draw(st.sampled_from([None, FITTED, FITTED_CONTEXT])),
     )
     workload = Workload(
         arrival=np.cumsum(np.asarray(gaps)),
