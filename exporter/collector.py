@@ -170,6 +170,10 @@ def _analysis_families(snap: Snapshot) -> Iterator[Metric]:
                 "1 when the last complete window is over capacity.",
             ),
             ("preemptscope_window_seconds", "Length of the analysis windows."),
+            (
+                "preemptscope_window_end_timestamp_seconds",
+                "End of the last complete window, the one the window gauges describe.",
+            ),
         )
     }
     latency_labels = ["deployment", "model_name", "metric"]
@@ -208,6 +212,9 @@ def _analysis_families(snap: Snapshot) -> Iterator[Metric]:
         _add(gauges["preemptscope_window_preemptions"], values, window.preemptions)
         gauges["preemptscope_window_over_capacity"].add_metric(
             values, 1.0 if window.over_capacity else 0.0
+        )
+        gauges["preemptscope_window_end_timestamp_seconds"].add_metric(
+            values, window.end.timestamp()
         )
         for metric, stats in sorted(_latest_latency(deployment, window).items()):
             _add(p99, [*values, metric], stats.p99)

@@ -23,6 +23,7 @@ GAUGES = (
     "preemptscope_window_over_capacity",
     "preemptscope_kv_cache_usage_max_ratio",
     "preemptscope_requests_waiting",
+    "preemptscope_window_end_timestamp_seconds",
 )
 
 
@@ -52,6 +53,10 @@ def test_no_window_series_vanishes_or_swings_within_a_window(tmp_path: Path) -> 
         windows_seen = {int(at // WINDOW_S) for at, _ in samples}
         changes = sum(1 for a, b in itertools.pairwise(samples) if a[1][name] != b[1][name])
         assert changes <= len(windows_seen), (name, changes, len(windows_seen))
+    # The gauges describe a window that has ended, on the window grid.
+    for at, values in samples:
+        end = values["preemptscope_window_end_timestamp_seconds"]
+        assert end is not None and end <= at and end % WINDOW_S == 0, (at, end)
 
 
 def test_the_live_page_shows_the_complete_window_beside_the_filling_one(
