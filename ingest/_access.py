@@ -61,9 +61,7 @@ _HEADER_OPENS = _LINE_OPENING + f"(?:(?:{'|'.join(cat.LEVELS)}) )?" + cat.HEADER
 _OWN_LEVEL = f"(?:{'|'.join(cat.LEVELS)}) $"
 # In front of a header, what may open another envelope (every foreign envelope and uvicorn's
 # hold a level word) or a request's text (the header is message text then).
-_NOT_FIRST = "|".join(
-    [_LEVEL_WORDS, *(re.escape(x) for x in cat.REQUEST_LITERALS)]
-)
+_NOT_FIRST = "|".join([_LEVEL_WORDS, *(re.escape(x) for x in cat.REQUEST_LITERALS)])
 # uvicorn's level opening the line: no envelope can start before it.
 _UVICORN_FIRST = _LINE_OPENING + cat.UVICORN_LEVEL + " "
 
