@@ -73,24 +73,29 @@ def test_tenants_conversations_and_prompts_without_ids() -> None:
     assert (plan.group[:10] == plan.group[0]).all() and (plan.tokens[:10] == 512).all()
     assert (plan.group[10:16] == plan.group[10]).all() and (plan.tokens[10:16] == 256).all()
     assert plan.group[0] != plan.group[10] and (plan.group[16:] == -1).all()
-    # Conversations: each second turn repeats its first turn. Sharing the system prompt by
-    # all saves 19 x 32 blocks; turn pairs, 10 x 40: the system prompt wins, and the tree's
-    # own figure (each turn's longest prefix seen before) is said beside it.
+    # Conversations: each second turn repeats its first turn. The tree keeps both depths:
+    # the system prompt (a root every request shares) and each pair's first turn below it.
     system = rng.integers(0, 32000, 512).tolist()
     firsts = prompts(rng, system, 10, extra=140)
     turns = [t for f in firsts for t in (f, f + rng.integers(0, 32000, 40).tolist())]
     lengths = np.array([len(t) for t in turns], dtype=np.int64)
     plan = hashed_prefixes([chain(t) for t in turns], 16, lengths)
-    assert plan.groups == 1 and set(plan.tokens.tolist()) == {512}
-    assert plan.saved_tokens == 19 * 512 < plan.tree_tokens
-    # Long pairs outweigh a short common start: the pairs are the groups.
+    assert plan.groups == 11 and plan.parent.tolist().count(-1) == 1
+    (root,) = np.flatnonzero(plan.parent < 0)
+    assert plan.node_tokens[root] == 512 and (plan.parent[plan.group] == root).all()
+    assert all(plan.group[2 * i] == plan.group[2 * i + 1] for i in range(10))
+    assert len(set(plan.group.tolist())) == 10 and (plan.tokens > 512).all()
+    # The first turn's whole prompt, less its last token, on 16-token blocks.
+    assert (plan.tokens[::2] == (lengths[::2] - 1) // 16 * 16).all()
+    assert plan.saved_tokens == plan.tree_tokens == 19 * 512 + int((plan.tokens[::2] - 512).sum())
+    # Long pairs below a short common start: the same tree.
     system = rng.integers(0, 32000, 32).tolist()
     firsts = prompts(rng, system, 4, extra=2000)
     turns = [t for f in firsts for t in (f, f + [7] * 40)]
     lengths = np.array([len(t) for t in turns], dtype=np.int64)
     plan = hashed_prefixes([chain(t) for t in turns], 16, lengths)
-    assert plan.groups == 4 and all(plan.group[2 * i] == plan.group[2 * i + 1] for i in range(4))
-    assert (plan.tokens > 1000).all()
+    assert plan.groups == 5 and all(plan.group[2 * i] == plan.group[2 * i + 1] for i in range(4))
+    assert (plan.tokens > 1000).all() and plan.node_tokens[plan.parent[plan.group[0]]] == 32
 
 
 def test_a_prefix_never_reaches_the_last_prompt_token() -> None:
@@ -156,7 +161,7 @@ def test_the_replay_takes_its_prefixes_from_the_hashes_and_states_the_hit_rate()
         if t is not None:
             assert wl.prompt_len[i] // 16 == len(t) // 16
     said = next(a for a in replay.assumptions if a.startswith("prompt block hashes"))
-    assert "59 of 60" in said and "1 shared prefix of up to 1,024 tokens" in said
+    assert "59 of 60" in said and "1 shared prefix, up to 1,024 tokens" in said
     assert not any("inferred from the counters" in a for a in replay.assumptions)
     now = replay.run()
     assert now.prefix_cache_hit_rate is not None and now.prefix_cache_hit_rate > 0.6
