@@ -10,6 +10,7 @@ replay's own hit rate beside the observed one (hit_rate_note). Pure: frames in.
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -147,27 +148,32 @@ def hashes_for_rows(
     end = pl.Series([last_start]).dt.epoch("us").item()
     logged = frame["timestamp"].dt.epoch("us").to_numpy()
     started = end - np.rint((workload.arrival[-1] - workload.arrival) * 1e6).astype(np.int64)
-    waiting: dict[int, list[int]] = {}
+    # Per length, the logged requests in time order; rows come in start order, so a logged
+    # request too early for one row is too early for every later one: dropped (linear).
+    waiting: dict[int, deque[int]] = {}
     for j in np.argsort(logged, kind="stable").tolist():
-        waiting.setdefault(int(blocks[j]), []).append(j)
+        waiting.setdefault(int(blocks[j]), deque()).append(j)
     out: list[list[int] | None] = []
     missing = 0
     for i in np.argsort(started, kind="stable").tolist():
         prompt = int(workload.prompt_len[i])
+        queue = waiting.get(min(prompt // 16, cap), deque())
+        while queue and logged[queue[0]] < started[i] - ROW_EARLY_S * 1e6:
+            queue.popleft()
         found = None
-        for j in waiting.get(min(prompt // 16, cap), []):
-            gap = (logged[j] - started[i]) / 1e6
-            if gap > ROW_LATE_S:
+        for k, j in enumerate(queue):
+            if logged[j] > started[i] + ROW_LATE_S * 1e6:
                 break
-            if gap >= -ROW_EARLY_S and (whole[j] <= 0 or whole[j] == prompt):
-                found = j
+            if whole[j] <= 0 or whole[j] == prompt:
+                found = k
                 break
         if found is None:
             missing += 1
             out.append(None)
             continue
-        waiting[min(prompt // 16, cap)].remove(found)
-        out.append(hashes[found])
+        j = queue[found]
+        del queue[found]
+        out.append(hashes[j])
     if missing or all(h is None for h in out):
         assumptions.append(
             f"the log's prompt block hashes do not line up with the client rows ({missing:,} "

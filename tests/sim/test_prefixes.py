@@ -3,8 +3,9 @@ frames built here with ingest's interface (`prompt_block_hashes`, chained 16-tok
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import polars as pl
@@ -218,3 +219,41 @@ def test_prompt_lengths_are_exact_where_the_log_showed_every_id() -> None:
     for i, n in enumerate(shown):
         assert wl.prompt_len[i] == (n // 16 * 16 + 8 if i == 3 else n)
     assert any("prompt lengths exact for 19 " in a for a in replay.assumptions)
+
+
+def test_client_rows_take_the_logged_request_of_their_time_and_length() -> None:
+    """hashes_for_rows: each client row takes the earliest logged request of its prompt
+    length from 1 s before its start to 2 s after; the log may hold more requests (earlier
+    ones, others' lengths); a row without one leaves the hashes out, said."""
+    from preemptscope.analysis.sim.observed_prefixes import hashes_for_rows
+    from preemptscope.analysis.sim.workload import Workload
+
+    rng = np.random.default_rng(5)
+    texts = [rng.integers(0, 32000, int(n)).tolist() for n in (300, 300, 500, 420, 300)]
+    # Logged at whole seconds; the first is a request the client rows do not have.
+    seconds = [0, 10, 10, 11, 13]
+    frame = pl.DataFrame(
+        {
+            "timestamp": [T0 + timedelta(seconds=s) for s in seconds],
+            PROMPT_HASHES: [chain(t) for t in texts],
+            "prompt_tokens": [len(t) for t in texts],
+            "prompt_cut": [False] * 5,
+        }
+    ).with_columns(pl.col("timestamp").dt.replace_time_zone("UTC"))
+    # The client's rows: starts 10.6, 10.2, 11.9, 13.4 s (the 300 and the 500 in another order).
+    starts = np.array([10.2, 10.6, 11.9, 13.4])
+    wl = Workload(
+        arrival=starts - starts[0],
+        prompt_len=np.array([500, 300, 420, 300], dtype=np.int64),
+        output_len=np.ones(4, dtype=np.int64),
+        priority=np.zeros(4, dtype=np.int64),
+    )
+    last = (T0 + timedelta(seconds=13.4)).replace(tzinfo=UTC)
+    said: list[str] = []
+    got = hashes_for_rows(frame, last, wl, said)
+    assert got == [chain(texts[2]), chain(texts[1]), chain(texts[3]), chain(texts[4])]
+    assert not said
+    # A row whose length no logged request has: no hashes, and the line says why.
+    odd = dataclasses.replace(wl, prompt_len=np.array([500, 300, 421, 300], dtype=np.int64))
+    assert hashes_for_rows(frame, last, odd, said) is None
+    assert "1 of 4 rows have no logged request" in said[-1]
