@@ -13,7 +13,7 @@ import heapq
 
 import numpy as np
 from preemptscope.analysis.sim.config import SimConfig, cost_model
-from preemptscope.analysis.sim.prefix_cache import PrefixCache
+from preemptscope.analysis.sim.prefix_cache import PrefixCache, Undo
 from preemptscope.analysis.sim.steps import LazyState, StepLog, WaitingQueue, rebuild_heap
 from preemptscope.analysis.sim.workload import FloatArray, IntArray, Workload
 
@@ -201,7 +201,7 @@ class Batch(PrefixCache):
             return True
         budget_left = self.max_batched - dec
         picks: list[tuple[int, int, int]] = []  # (request, tokens computed now, cache hit)
-        holds: list[tuple[int, tuple[int, int, int, tuple[int, int] | None]]] = []
+        holds: list[tuple[int, Undo]] = []
         new_tokens = new_context = new_pairs = new_decodes = 0  # the picks' sums
         blocked = as_plain = False
         sharing = self.sharing
@@ -304,7 +304,7 @@ class Batch(PrefixCache):
     def give_back(
         self,
         picks: list[tuple[int, int, int]],
-        holds: list[tuple[int, tuple[int, int, int, tuple[int, int] | None]]],
+        holds: list[tuple[int, Undo]],
     ) -> bool:
         """Undo a lazy step's admissions (it is the plain step's to take); returns False."""
         for req, undo in reversed(holds):

@@ -13,6 +13,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,9 @@ from preemptscope.analysis.sim.calibrate import fit_step_cost
 from preemptscope.analysis.sim.config import SimConfig, reserves_full_isl
 from preemptscope.analysis.sim.engine import simulate
 from preemptscope.analysis.sim.observed_prefixes import (
+    ROW_LATE_S,
     hashes_for,
+    hashes_for_rows,
     log_prompt_hashes,
     prefix_hit_rate,
     with_hashed_prefixes,
@@ -186,6 +189,12 @@ def replay_inputs(item: Any, *, latencies: pl.DataFrame | None = None) -> Replay
     metrics = latency.usable_samples(item.metrics)
     stats = frames("scheduler_stats")
     last = stats["timestamp"].max() if stats is not None else None
+    if latencies is not None and "start" in latencies.columns and last is not None:
+        # Client rows can start after the last stats line: their hashes are looked up too
+        # (hashes_for_rows lines them up).
+        late = latencies.select(pl.col("start").max() + timedelta(seconds=ROW_LATE_S)).item()
+        if late is not None:
+            last = max(last, late)
     return ReplayFrames(
         latencies,
         metrics,
@@ -488,15 +497,18 @@ def build_replay(
     else:
         assumptions.append("no workload to replay: no request data or stats lines")
     figures = dataclasses.replace(figures, prefix_cache_hit_rate=hit_rate)
+    if workload is not None and latencies is not None and workload.prefix_group is None:
+        matched = hashes_for_rows(
+            frames.prompt_hashes, latencies["start"].max(), workload, assumptions
+        )
+        if matched is not None:
+            workload = with_hashed_prefixes(
+                workload, config, matched, workload.prompt_len, assumptions
+            )
     prefix_basis = ""
     if workload is not None and workload.prefix_group is not None:
         prefix_basis = "hashes"  # the log's prompt block hashes said which prompts share what
     elif workload is not None and len(workload):
-        if frames.prompt_hashes is not None and latencies is not None:
-            assumptions.append(
-                "the log's prompt block hashes are not matched to the client rows (the log's "
-                "request rows keep no ids to join on): shared prefixes from the hit rate"
-            )
         workload = with_shared_prefix(workload, config, hit_rate, assumptions)
         prefix_basis = "hit rate" if workload.shares_prefixes else ""
     known = has_priorities(latencies) and workload is not None

@@ -2,14 +2,17 @@
 it shows prompt ids, else the prefix-cache hit rate the counters give.
 
 Owns reading the hashes from the request-path frames and lining them up with the replayed
-requests, and the prefix a hit rate implies. Never replays: observed.build_replay calls these
-and states the replay's own hit rate beside the observed one (hit_rate_note). Pure: frames in.
+requests (the log's own arrivals, or client rows by start time and prompt length), and the
+prefix a hit rate implies. Never replays: observed.build_replay calls these and states the
+replay's own hit rate beside the observed one (hit_rate_note). Pure: frames in.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -27,6 +30,7 @@ __all__ = [
     "PROMPT_HASHES",
     "PROMPT_SHOWN",
     "hashes_for",
+    "hashes_for_rows",
     "log_prompt_hashes",
     "prefix_hit_rate",
     "with_hashed_prefixes",
@@ -118,6 +122,72 @@ def hashes_for(
     return hashes, exact.astype(np.int64)
 
 
+ROW_EARLY_S, ROW_LATE_S = 1.0, 2.0  # a log line's time beside its client row's start
+
+
+def hashes_for_rows(
+    frame: pl.DataFrame | None, last_start: Any, workload: Workload, assumptions: list[str]
+) -> list[list[int] | None] | None:
+    """The prompt block hashes of client rows (`workload`, their trace; the latest started
+    at `last_start`), where each row finds one logged request of its prompt length (exact
+    where the log showed every id, else to 16 tokens) logged from ROW_EARLY_S before its
+    start (a log time may be the start's whole second) to ROW_LATE_S after it (the server
+    logs after the client sends), the earliest one not taken. The log's request rows keep
+    no ids, so times and lengths are the join (two requests of one length within the window
+    may trade hashes). None: no hashes, or a row finds none (said)."""
+    if frame is None or last_start is None or not len(workload):
+        return None
+    late = timedelta(seconds=ROW_LATE_S)
+    frame = frame.filter(pl.col("timestamp") <= last_start + late)
+    hashes: list[list[int] | None] = frame[PROMPT_HASHES].to_list()
+    counts = np.array([-1 if h is None else len(h) for h in hashes], dtype=np.int64)
+    whole = frame["prompt_tokens"].fill_null(-1).to_numpy().astype(np.int64)
+    whole = np.where(frame["prompt_cut"].eq(False).fill_null(False).to_numpy(), whole, -1)
+    cap = MAX_HASHED_BLOCKS
+    blocks = np.where(whole > 0, np.minimum(whole // 16, cap), counts)
+    end = pl.Series([last_start]).dt.epoch("us").item()
+    logged = frame["timestamp"].dt.epoch("us").to_numpy()
+    started = end - np.rint((workload.arrival[-1] - workload.arrival) * 1e6).astype(np.int64)
+    # Per length, the logged requests in time order; rows come in start order, so a logged
+    # request too early for one row is too early for every later one: dropped (linear).
+    waiting: dict[int, deque[int]] = {}
+    for j in np.argsort(logged, kind="stable").tolist():
+        waiting.setdefault(int(blocks[j]), deque()).append(j)
+    out: list[list[int] | None] = []
+    missing = 0
+    for i in np.argsort(started, kind="stable").tolist():
+        prompt = int(workload.prompt_len[i])
+        queue = waiting.get(min(prompt // 16, cap), deque())
+        while queue and logged[queue[0]] < started[i] - ROW_EARLY_S * 1e6:
+            queue.popleft()
+        found = None
+        for k, j in enumerate(queue):
+            if logged[j] > started[i] + ROW_LATE_S * 1e6:
+                break
+            if whole[j] <= 0 or whole[j] == prompt:
+                found = k
+                break
+        if found is None:
+            missing += 1
+            out.append(None)
+            continue
+        j = queue[found]
+        del queue[found]
+        out.append(hashes[j])
+    if missing or all(h is None for h in out):
+        assumptions.append(
+            f"the log's prompt block hashes do not line up with the client rows ({missing:,} "
+            f"of {len(workload):,} rows have no logged request of their length and time): "
+            "shared prefixes from the hit rate"
+        )
+        return None
+    order = np.argsort(started, kind="stable")
+    lined: list[list[int] | None] = [None] * len(out)
+    for i, h in zip(order.tolist(), out, strict=True):
+        lined[i] = h
+    return lined
+
+
 def with_hashed_prefixes(
     workload: Workload,
     config: SimConfig,
@@ -145,17 +215,20 @@ def with_hashed_prefixes(
             workload,
             prefix_group=np.full(len(workload), -1, dtype=np.int64),
             prefix_tokens=np.zeros(len(workload), dtype=np.int64),
+            prefix_parent=None,
+            prefix_node_tokens=None,
         )
     longest = int(plan.tokens.max()) if len(plan.tokens) else 0
+    roots = int((plan.parent < 0).sum())
+    nested = plan.groups - roots
     assumptions.append(
-        f"{head}: {plan.groups:,} shared prefix{'es' if plan.groups != 1 else ''} of up to "
-        f"{longest:,} tokens "
-        f"({plan.grouped:,} requests) at block size {config.block_size}, "
-        f"{plan.saved_tokens / queries:.0%} of prompt tokens if every later member hits "
-        f"(the whole prefix tree: {plan.tree_tokens / queries:.0%}; the replay shares one "
-        "prefix per request)"
+        f"{head}: {roots:,} shared prefix{'es' if roots != 1 else ''}"
+        + (f" and {nested:,} nested in them" if nested else "")
+        + f", up to {longest:,} tokens ({plan.grouped:,} requests) at block size "
+        f"{config.block_size}, {plan.saved_tokens / queries:.0%} of prompt tokens if every "
+        "later request hits its whole prefix"
     )
-    return dataclasses.replace(workload, prefix_group=plan.group, prefix_tokens=plan.tokens)
+    return workload.with_prefix(plan.group, plan.tokens, plan.parent, plan.node_tokens)
 
 
 def with_shared_prefix(

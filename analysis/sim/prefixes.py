@@ -6,14 +6,13 @@ complete 16-token blocks (hash i covers tokens [0, 16(i+1)): equal hash i means 
 prefix cache shares full KV blocks, so only a hash at a 16-token boundary that also ends a
 full KV block of the server's block_size can stand for shared blocks.
 
-The engine shares one prefix per request (Workload.prefix_group / prefix_tokens: a group's
-members share its first tokens). The hashes form a tree; it is cut into such groups greedily,
-root cluster by root cluster (requests with the same first full KV block): the depth d whose
-groups (requests with the same hash at d) would save the most prefill tokens, d x (members -
-groups), is taken; requests left in no group of two or more are clustered again, and so on.
-A tree with sharing at two depths (a system prompt, then conversations) becomes the groups of
-the depth that saves more, plus what is left at the other: the blocks two groups have in
-common are held once per group in the replay (said in docs/simulator.md). Pure: arrays in.
+The hashes form a tree (chained: requests with the same hash at a depth have the same hash
+at every shallower one). Its nodes are the prefixes two or more requests have where those
+requests part ways or one of them ends (a system prompt every request has; below it each
+conversation's earlier turns, which its later turns repeat); each request's group is its
+deepest node, each node names its parent (Workload.prefix_parent / prefix_node_tokens), and
+the engine shares every node on a request's chain from the root. O(depths x n log n): one
+sort of the requests' hashes per usable depth. Pure: arrays in.
 """
 
 from __future__ import annotations
@@ -32,15 +31,17 @@ IntArray = npt.NDArray[np.int64]
 
 @dataclass(frozen=True)
 class HashedPrefixes:
-    """Per request: its shared-prefix group (-1: none) and the prefix's tokens, the hashed
-    blocks it has (-1: no hashes), and what the cut keeps of the tree."""
+    """Per request: its deepest shared-prefix node (-1: none) and that prefix's tokens, the
+    hashed blocks it has (-1: no hashes); per node: its parent (-1: a root) and tokens."""
 
     group: IntArray
     tokens: IntArray
     hashed_blocks: IntArray
-    groups: int  # groups of two or more requests
+    parent: IntArray
+    node_tokens: IntArray
+    groups: int  # nodes: prefixes of two or more requests
     grouped: int  # requests in them
-    saved_tokens: int  # prefill tokens the groups share: (members - 1) x prefix, summed
+    saved_tokens: int  # prefill tokens the nodes share: each node's own tokens x (requests - 1)
     tree_tokens: int  # the same for the whole tree: each request's longest prefix seen before
 
     @property
@@ -58,7 +59,7 @@ def usable_depths(block_size: int) -> IntArray:
 def hashed_prefixes(
     hashes: Sequence[Sequence[int] | None], block_size: int, prompt_len: IntArray
 ) -> HashedPrefixes:
-    """The shared-prefix groups the prompts' block hashes show (see the module doc).
+    """The shared-prefix tree the prompts' block hashes show (see the module doc).
 
     A prefix stays shorter than its prompt (vLLM always computes a prompt's last token)."""
     n = len(hashes)
@@ -73,59 +74,56 @@ def hashed_prefixes(
     reach = np.minimum(counts, (np.asarray(prompt_len, dtype=np.int64) - 1) // HASH_BLOCK_TOKENS)
     depths = usable_depths(block_size)
     depths = depths[depths <= width]
-    group = np.full(n, -1, dtype=np.int64)
-    tokens = np.zeros(n, dtype=np.int64)
-    next_group = 0
-    saved = 0
-    pending = [np.flatnonzero(reach >= depths[0])] if len(depths) else []
-    while pending:
-        rows = pending.pop()
+    # shared[j, r]: how many requests have r's prefix of depths[j] blocks (0: r is shorter).
+    shared = np.zeros((len(depths), n), dtype=np.int64)
+    for j, d in enumerate(depths):
+        rows = np.flatnonzero(reach >= d)
         if len(rows) < 2:
-            continue
-        for _, part in _split(table, rows, int(depths[0])):
-            if len(part) < 2:
-                continue
-            best = (0, 0)  # (saved tokens, depth)
-            for d in depths:
-                have = part[reach[part] >= d]
-                if len(have) < 2:
-                    break
-                kinds = len(np.unique(table[have, d - 1]))
-                gain = int(d) * HASH_BLOCK_TOKENS * (len(have) - kinds)
-                if gain > best[0]:
-                    best = (gain, int(d))
-            if not best[0]:
-                continue
-            d = best[1]
-            left: list[IntArray] = [part[reach[part] < d]]
-            for _, members in _split(table, part[reach[part] >= d], d):
-                if len(members) < 2:
-                    left.append(members)
-                    continue
-                group[members] = next_group
-                tokens[members] = d * HASH_BLOCK_TOKENS
-                saved += (len(members) - 1) * d * HASH_BLOCK_TOKENS
-                next_group += 1
-            rest = np.sort(np.concatenate(left))
-            if 2 <= len(rest) < len(part):
-                pending.append(rest)
+            shared = shared[:j]
+            break
+        _, inverse, sizes = np.unique(table[rows, d - 1], return_inverse=True, return_counts=True)
+        shared[j, rows] = sizes[inverse]
+    # A node: a prefix two or more requests have, where the requests that have it part ways
+    # (fewer have the next depth's) or one ends. Hashes are chained: the requests with the
+    # same hash at a depth are a subset of those with the same hash at every shallower one.
+    deeper = np.vstack([shared[1:], np.zeros((1, n), dtype=np.int64)]) if len(shared) else shared
+    is_node = (shared >= 2) & (deeper < shared)
+    group = np.full(n, -1, dtype=np.int64)
+    parent: list[int] = []
+    node_tokens: list[int] = []
+    for j in np.flatnonzero(is_node.any(axis=1)).tolist():
+        d = int(depths[j])
+        rows = np.flatnonzero(is_node[j])
+        _, first, inverse = np.unique(table[rows, d - 1], return_index=True, return_inverse=True)
+        base = len(parent)
+        for k in np.argsort(first, kind="stable").tolist():  # in first-member order
+            parent.append(int(group[rows[first[k]]]))  # the member's deepest node so far
+            node_tokens.append(d * HASH_BLOCK_TOKENS)
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        group[rows] = base + rank[inverse]
+    tokens = np.where(group >= 0, np.asarray([*node_tokens, 0], dtype=np.int64)[group], 0)
+    parents = np.asarray(parent, dtype=np.int64)
+    own = np.asarray(node_tokens, dtype=np.int64) - np.where(
+        parents >= 0, np.asarray([*node_tokens, 0], dtype=np.int64)[parents], 0
+    )
+    # Each node's own tokens are computed once (by its first member), shared by the rest.
+    members = np.bincount(group[group >= 0], minlength=len(parent))
+    subtree = members.copy()
+    for g in range(len(parent) - 1, -1, -1):  # children come after their parents
+        if parents[g] >= 0:
+            subtree[parents[g]] += subtree[g]
     return HashedPrefixes(
         group=group,
         tokens=tokens,
         hashed_blocks=counts,
-        groups=next_group,
+        parent=parents,
+        node_tokens=np.asarray(node_tokens, dtype=np.int64),
+        groups=len(parent),
         grouped=int((group >= 0).sum()),
-        saved_tokens=saved,
+        saved_tokens=int((own * np.maximum(subtree - 1, 0)).sum()),
         tree_tokens=_tree_tokens(table, reach, depths),
     )
-
-
-def _split(table: npt.NDArray[np.uint64], rows: IntArray, depth: int) -> list[tuple[int, IntArray]]:
-    """`rows` by their hash at `depth` (all have at least `depth` blocks), in first-row order."""
-    keys = table[rows, depth - 1]
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    return [(int(k), rows[inverse == k]) for k in order]
 
 
 def _tree_tokens(table: npt.NDArray[np.uint64], reach: IntArray, depths: IntArray) -> int:

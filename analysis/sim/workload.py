@@ -71,6 +71,11 @@ class Workload:
     # the same `prefix_tokens` tokens, which vLLM's prefix cache computes once and shares.
     prefix_group: IntArray | None = None
     prefix_tokens: IntArray | None = None
+    # Nested prefixes (a system prompt, then each conversation's earlier turns): per group,
+    # its parent group (-1: a root) and its prefix's tokens; a member of a group shares every
+    # group on the chain to its root. None: every group is a root.
+    prefix_parent: IntArray | None = None
+    prefix_node_tokens: IntArray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival)
@@ -84,6 +89,17 @@ class Workload:
             grouped = self.prefix_group >= 0
             if n and np.any(self.prefix_tokens[grouped] >= self.prompt_len[grouped]):
                 raise ConfigError("a shared prefix must be shorter than the prompt")
+        if (self.prefix_parent is None) != (self.prefix_node_tokens is None):
+            raise ConfigError("workload prefix_parent and prefix_node_tokens go together")
+        if self.prefix_parent is not None and self.prefix_node_tokens is not None:
+            up, own = self.prefix_parent, self.prefix_node_tokens
+            if self.prefix_group is None or len(up) != len(own):
+                raise ConfigError("workload prefix tree arrays differ in length")
+            if len(up) <= int(self.prefix_group.max(initial=-1)):
+                raise ConfigError("workload prefix_group names a group the tree lacks")
+            inner = up >= 0
+            if np.any(up >= np.arange(len(up))) or np.any(own[inner] < own[up[inner]]):
+                raise ConfigError("a prefix's parent must come before it and be no longer")
         if self.request_ids and len(self.request_ids) != n:
             raise ConfigError("workload request_ids differ in length from arrivals")
         if n and (np.any(np.diff(self.arrival) < 0) or self.arrival[0] < 0):
@@ -111,13 +127,27 @@ class Workload:
         arrays = [self.arrival, self.prompt_len, self.output_len, self.priority]
         if self.prefix_group is not None and self.prefix_tokens is not None:
             arrays += [self.prefix_group, self.prefix_tokens]
+        if self.prefix_parent is not None and self.prefix_node_tokens is not None:
+            arrays += [self.prefix_parent, self.prefix_node_tokens]
         for a in arrays:
             h.update(np.ascontiguousarray(a).tobytes())
             h.update(b"|")
         return h.hexdigest()
 
-    def with_prefix(self, group: IntArray | None, tokens: IntArray | None) -> Workload:
-        return dataclasses.replace(self, prefix_group=group, prefix_tokens=tokens)
+    def with_prefix(
+        self,
+        group: IntArray | None,
+        tokens: IntArray | None,
+        parent: IntArray | None = None,
+        node_tokens: IntArray | None = None,
+    ) -> Workload:
+        return dataclasses.replace(
+            self,
+            prefix_group=group,
+            prefix_tokens=tokens,
+            prefix_parent=parent,
+            prefix_node_tokens=node_tokens,
+        )
 
 
 def _arrivals(

@@ -436,12 +436,21 @@ def render_log(
 
 def prompt_token_ids(workload: Workload, i: int) -> list[int]:
     """Made-up token ids of request i's prompt: a shared-prefix group's members start with the
-    same `prefix_tokens` ids (drawn from the group's number), the rest from the request's."""
+    same `prefix_tokens` ids (drawn from the group's number; in a tree of prefixes, each
+    node on the chain from the root draws its own part), the rest from the request's."""
     n = int(workload.prompt_len[i])
     head: list[int] = []
     if workload.prefix_group is not None and workload.prefix_tokens is not None:
         g, k = int(workload.prefix_group[i]), int(workload.prefix_tokens[i])
-        if g >= 0:
+        parent, ends = workload.prefix_parent, workload.prefix_node_tokens
+        if g >= 0 and parent is not None and ends is not None:
+            chain = [g]
+            while parent[chain[-1]] >= 0:
+                chain.append(int(parent[chain[-1]]))
+            for node in reversed(chain):
+                part = int(ends[node]) - len(head)
+                head += np.random.default_rng([7, node]).integers(3, 32000, part).tolist()
+        elif g >= 0:
             head = np.random.default_rng([7, g]).integers(3, 32000, k).tolist()
     tail: list[int] = np.random.default_rng([11, i]).integers(3, 32000, n - len(head)).tolist()
     return head + tail

@@ -1,15 +1,17 @@
 """Copy chosen recorded runs into tests/fixtures/parity, small enough for CI.
 
-    python bench/parity/fixtures.py RUNS_DIR
+    python bench/parity/fixtures.py RUNS_DIR [--only WORKLOAD,...]
 
 Per run: run.json (the true totals), requests.jsonl (client rows), vllm.log (startup and stats
-lines), steps.jsonl.gz, and the first and last /metrics scrapes with the families the replay
+lines; gzipped, vllm.log.gz, past LOG_GZIP_BYTES: a log that prints every prompt's token ids),
+steps.jsonl.gz, and the first and last /metrics scrapes with the families the replay
 reads (the preemption and prefix-cache counters, running/waiting, KV usage): counters over
 the run are the last value less the first, so the scrapes between add nothing to it.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import shutil
 import sys
@@ -26,7 +28,9 @@ CHOSEN = {
     "priority-mix": ("s0", "s1", "s5"),
     "slot-bound": ("s0", "s3"),
     "budget-bound": ("s0", "s2"),
+    "nested": ("s0", "s2", "s4"),
 }
+LOG_GZIP_BYTES = 1 << 20  # the CLI reads a .gz log as it is
 FAMILIES = (
     "vllm:num_preemptions_total",
     "vllm:prefix_cache_queries_total",
@@ -51,8 +55,14 @@ def copy_run(src: Path, dst: Path) -> None:
     if dst.exists():
         shutil.rmtree(dst)
     (dst / "metrics").mkdir(parents=True)
-    for name in ("run.json", "requests.jsonl", "vllm.log"):
+    for name in ("run.json", "requests.jsonl"):
         shutil.copy(src / name, dst / name)
+    log = src / "vllm.log"
+    if log.stat().st_size > LOG_GZIP_BYTES:
+        # mtime 0: the same run gives the same bytes.
+        (dst / "vllm.log.gz").write_bytes(gzip.compress(log.read_bytes(), mtime=0))
+    else:
+        shutil.copy(log, dst / "vllm.log")
     with (src / "steps.jsonl").open("rb") as f_in, gzip.open(dst / "steps.jsonl.gz", "wb") as out:
         shutil.copyfileobj(f_in, out)
     scrapes = sorted((src / "metrics").iterdir())
@@ -61,9 +71,14 @@ def copy_run(src: Path, dst: Path) -> None:
 
 
 def main() -> int:
-    runs = Path(sys.argv[1])
+    parser = argparse.ArgumentParser()
+    parser.add_argument("runs")
+    parser.add_argument("--only", help="these workloads only (comma-separated)")
+    args = parser.parse_args()
+    runs = Path(args.runs)
+    only = set(args.only.split(",")) if args.only else None
     for workload, chosen in CHOSEN.items():
-        if chosen is None:
+        if chosen is None or (only and workload not in only):
             continue
         for prefix in chosen:
             (src,) = (p for p in (runs / workload).iterdir() if p.name.split("-")[0] == prefix)

@@ -2,7 +2,8 @@
 executor, and record what a deployment would show: per-request client rows (JSONL, with each
 request's priority where the workload has classes), per-step records, the startup log lines,
 vLLM's own stats lines (LoggingStatLogger, every 10 s) and /metrics scrapes
-(PrometheusStatLogger, every 15 s), both on the run's virtual clock.
+(PrometheusStatLogger, every 15 s), both on the run's virtual clock; for `nested`, also each
+request's DEBUG line with its prompt token ids (vLLM's RequestLogger).
 
 Runs in its own venv (bench/parity/setup.sh): vLLM 0.33.0 with --no-deps and CPU torch. No
 model runs: a tiny Llama config.json, no weights. The stand-in executor samples one token for
@@ -60,6 +61,10 @@ class Workload:
     output: np.ndarray
     shared_prefix: int = 0  # tokens every prompt starts with
     priority: np.ndarray | None = None  # per request (0 first); None: one class
+    # Per request: its prompt's token ids (None: `shared_prefix` shared ids, then random ones).
+    prompts: list[list[int]] | None = None
+    # Log each request as the server's RequestLogger does at DEBUG (its prompt token ids).
+    log_requests: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ def workloads(seed: int = 0) -> list[Workload]:
     arr = np.cumsum(rng.exponential(1 / 2.0, n))
     out.append(Workload("shared-prefix", arr, 600 + _lognormal(rng, 300, 0.5, n, 16, 1500),
                         _lognormal(rng, 250, 0.5, n, 16, 1000), shared_prefix=600))  # fmt: skip
-    return out + production_workloads(seed)
+    return out + production_workloads(seed) + nested_workloads(seed)
 
 
 def production_workloads(seed: int = 0) -> list[Workload]:
@@ -149,6 +154,44 @@ def production_workloads(seed: int = 0) -> list[Workload]:
     return out
 
 
+SYSTEM_PROMPT = 768  # tokens every request of `nested` starts with
+ANSWER_TOKEN = 100  # the stand-in samples this id: a conversation's answers are runs of it
+
+
+def nested_workloads(seed: int = 0) -> list[Workload]:
+    """Prefixes nested in others: one system prompt, then conversations of several turns,
+    each turn's prompt the conversation so far (system prompt, earlier questions and the
+    answers the stand-in gave) and a new question. Turns arrive a think time after the
+    previous turn would plausibly have finished; conversations start on a Poisson clock."""
+    rng = np.random.default_rng(31 + seed)
+    conversations, turns = 50, 4
+    system = rng.integers(3, 30000, SYSTEM_PROMPT).tolist()
+    starts = np.cumsum(rng.exponential(1 / 0.8, conversations))
+    rows: list[tuple[float, list[int], int]] = []
+    for c in range(conversations):
+        history = list(system)
+        t = float(starts[c])
+        questions = _lognormal(rng, 120, 0.5, turns, 16, 400)
+        answers = _lognormal(rng, 150, 0.5, turns, 16, 400)
+        for k in range(turns):
+            prompt = history + rng.integers(3, 30000, int(questions[k])).tolist()
+            rows.append((t, prompt, int(answers[k])))
+            history = prompt + [ANSWER_TOKEN] * int(answers[k])
+            # The answer takes about 20 ms a token here; then the user reads and types.
+            t += 0.02 * int(answers[k]) + 8.0 + rng.exponential(8.0)
+    rows.sort(key=lambda r: r[0])
+    return [
+        Workload(
+            "nested",
+            np.array([r[0] for r in rows]),
+            np.array([len(r[1]) for r in rows], dtype=np.int64),
+            np.array([r[2] for r in rows], dtype=np.int64),
+            prompts=[r[1] for r in rows],
+            log_requests=True,
+        )
+    ]
+
+
 SETTINGS = {
     # Per workload: the observed run first, then the settings to predict from it.
     "bursts": [Setting(64, 700, 2048), Setting(16, 700, 2048), Setting(32, 700, 2048),
@@ -174,6 +217,9 @@ SETTINGS = {
                      Setting(64, 3000, 2048), Setting(32, 3000, 256)],
     "roomy": [Setting(64, 2000, 2048), Setting(16, 2000, 2048), Setting(8, 2000, 2048),
               Setting(64, 1000, 2048)],
+    "nested": [Setting(32, 480, 2048), Setting(8, 480, 2048), Setting(16, 480, 2048),
+               Setting(64, 480, 2048), Setting(32, 960, 2048),
+               Setting(32, 480, 2048, prefix_caching=False)],
 }  # fmt: skip
 
 
@@ -256,18 +302,24 @@ class _VirtualTime:
 
 
 class _Lines(logging.Handler):
-    """Collects the stat logger's INFO lines with the virtual time, as vLLM would print them."""
+    """Collects vLLM's log lines (the stat logger's, the request logger's) with the virtual
+    time, as vLLM would print them; `in_order()` sorts them by that time (a request is logged
+    at its arrival, which a step may already have passed)."""
 
     def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[float, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        stamp = datetime.fromtimestamp(_VirtualTime.monotonic(), UTC).strftime("%m-%d %H:%M:%S")
+        when = _VirtualTime.monotonic()
+        stamp = datetime.fromtimestamp(when, UTC).strftime("%m-%d %H:%M:%S")
         self.lines.append(
-            f"(APIServer pid=1) {record.levelname} {stamp} "
-            f"[{record.filename}:{record.lineno}] {record.getMessage()}"
-        )
+            (when, f"(APIServer pid=1) {record.levelname} {stamp} "
+                   f"[{record.filename}:{record.lineno}] {record.getMessage()}")
+        )  # fmt: skip
+
+    def in_order(self) -> list[str]:
+        return [line for _, line in sorted(self.lines, key=lambda pair: pair[0])]
 
 
 def run(wl: Workload, setting: Setting, model_dir: str) -> dict[str, Any]:
@@ -293,6 +345,13 @@ def run(wl: Workload, setting: Setting, model_dir: str) -> dict[str, Any]:
     text_logger = loggers.LoggingStatLogger(vc, engine_index=0)
     text_logger.kv_cache_device = "GPU"  # a GPU server's line (the executor is a stand-in)
     prom_logger = loggers.PrometheusStatLogger(vc, engine_indexes=[0])
+    request_logger = None
+    if wl.log_requests:  # `--enable-log-requests --log-level DEBUG`: the prompt token ids
+        from vllm.entrypoints.serve.utils import request_logger as rl  # type: ignore[import-not-found]
+
+        rlog = logging.getLogger(rl.__name__)
+        rlog.handlers, rlog.propagate, rlog.level = [lines], False, logging.DEBUG
+        request_logger = rl.RequestLogger(max_log_len=None)
     scrapes: list[tuple[float, str]] = [(-20.0, prometheus_client.generate_latest().decode())]
     next_log, next_scrape = STATS_INTERVAL, SCRAPE_INTERVAL
 
@@ -322,8 +381,15 @@ def run(wl: Workload, setting: Setting, model_dir: str) -> dict[str, Any]:
     while len(done) < n:
         while nxt < n and wl.arrival[nxt] <= clock:
             rid = f"req-{nxt}"
-            tokens = prefix + rng.integers(3, 30000, int(wl.prompt[nxt]) - len(prefix)).tolist()
+            if wl.prompts is not None:
+                tokens = list(wl.prompts[nxt])
+            else:
+                tokens = prefix + rng.integers(3, 30000, int(wl.prompt[nxt]) - len(prefix)).tolist()
             params = SamplingParams(max_tokens=int(wl.output[nxt]), ignore_eos=True)
+            if request_logger is not None:
+                _VirtualTime.now = float(wl.arrival[nxt])
+                request_logger.log_inputs(rid, None, tokens, None, params, None)
+                _VirtualTime.now = clock
             pri = int(wl.priority[nxt]) if wl.priority is not None else 0
             req = Request(rid, tokens, params, None, arrival_time=float(wl.arrival[nxt]),
                           priority=pri, block_hasher=hasher)  # fmt: skip
@@ -422,7 +488,8 @@ def run(wl: Workload, setting: Setting, model_dir: str) -> dict[str, Any]:
         if wl.priority is not None:
             row["priority"] = int(wl.priority[i])
         rows.append(row)
-    return {"rows": rows, "steps": steps, "end": clock, "stats": lines.lines, "scrapes": scrapes}
+    stats_lines = lines.in_order()
+    return {"rows": rows, "steps": steps, "end": clock, "stats": stats_lines, "scrapes": scrapes}
 
 
 def _p99(values: list[float]) -> float | None:

@@ -276,6 +276,10 @@ def shared_prefix_runs(draw: st.DrawFn) -> tuple[Workload, SimConfig, dict[str, 
 def test_lazy_decode_and_plain_steps_agree_with_shared_prefixes(
     case: tuple[Workload, SimConfig, dict[str, object]],
 ) -> None:
+    run_both_sharing(case)
+
+
+def run_both_sharing(case: tuple[Workload, SimConfig, dict[str, object]]) -> None:
     workload, config, kwargs = case
     lazy = simulate(workload, config, fast_forward=True, **kwargs)  # type: ignore[arg-type]
     plain = simulate(workload, config, fast_forward=False, **kwargs)  # type: ignore[arg-type]
@@ -286,3 +290,34 @@ def test_lazy_decode_and_plain_steps_agree_with_shared_prefixes(
     if kwargs["until"] is None:
         assert plain.finished_mask.all()
         assert plain.steps.used_blocks[-1] == 0
+
+
+@st.composite
+def nested_prefix_runs(draw: st.DrawFn) -> tuple[Workload, SimConfig, dict[str, object]]:
+    """Prefixes nested in others: a tree of four nodes (node 1 below node 0, node 2 below
+    node 0 or 1 or a root, node 3 a root), members of any node or none, prefix caching on."""
+    workload, config, kwargs = draw(small_runs())
+    config = dataclasses.replace(config, enable_prefix_caching=True)
+    n = len(workload)
+    longest = config.max_model_len - 1
+    parent = np.array([-1, 0, draw(st.integers(-1, 1)), -1], dtype=np.int64)
+    node_tokens = np.zeros(4, dtype=np.int64)
+    for g in range(4):
+        below = int(node_tokens[parent[g]]) if parent[g] >= 0 else 1
+        node_tokens[g] = draw(st.integers(below, max(below, longest - 1)))
+    group = np.asarray(draw(st.lists(st.integers(-1, 3), min_size=n, max_size=n)), dtype=np.int64)
+    prefix = np.where(group >= 0, node_tokens[group], 0)
+    prompt = np.where(group >= 0, np.maximum(workload.prompt_len, prefix + 1), workload.prompt_len)
+    prompt = np.minimum(prompt, longest)
+    group = np.where(prefix < prompt, group, -1)
+    workload = dataclasses.replace(workload, prompt_len=prompt.astype(np.int64))
+    tokens = np.where(group >= 0, prefix, 0)
+    return workload.with_prefix(group, tokens, parent, node_tokens), config, kwargs
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nested_prefix_runs())
+def test_lazy_decode_and_plain_steps_agree_with_nested_prefixes(
+    case: tuple[Workload, SimConfig, dict[str, object]],
+) -> None:
+    run_both_sharing(case)

@@ -3,8 +3,9 @@ frames built here with ingest's interface (`prompt_block_hashes`, chained 16-tok
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import polars as pl
@@ -73,24 +74,29 @@ def test_tenants_conversations_and_prompts_without_ids() -> None:
     assert (plan.group[:10] == plan.group[0]).all() and (plan.tokens[:10] == 512).all()
     assert (plan.group[10:16] == plan.group[10]).all() and (plan.tokens[10:16] == 256).all()
     assert plan.group[0] != plan.group[10] and (plan.group[16:] == -1).all()
-    # Conversations: each second turn repeats its first turn. Sharing the system prompt by
-    # all saves 19 x 32 blocks; turn pairs, 10 x 40: the system prompt wins, and the tree's
-    # own figure (each turn's longest prefix seen before) is said beside it.
+    # Conversations: each second turn repeats its first turn. The tree keeps both depths:
+    # the system prompt (a root every request shares) and each pair's first turn below it.
     system = rng.integers(0, 32000, 512).tolist()
     firsts = prompts(rng, system, 10, extra=140)
     turns = [t for f in firsts for t in (f, f + rng.integers(0, 32000, 40).tolist())]
     lengths = np.array([len(t) for t in turns], dtype=np.int64)
     plan = hashed_prefixes([chain(t) for t in turns], 16, lengths)
-    assert plan.groups == 1 and set(plan.tokens.tolist()) == {512}
-    assert plan.saved_tokens == 19 * 512 < plan.tree_tokens
-    # Long pairs outweigh a short common start: the pairs are the groups.
+    assert plan.groups == 11 and plan.parent.tolist().count(-1) == 1
+    (root,) = np.flatnonzero(plan.parent < 0)
+    assert plan.node_tokens[root] == 512 and (plan.parent[plan.group] == root).all()
+    assert all(plan.group[2 * i] == plan.group[2 * i + 1] for i in range(10))
+    assert len(set(plan.group.tolist())) == 10 and (plan.tokens > 512).all()
+    # The first turn's whole prompt, less its last token, on 16-token blocks.
+    assert (plan.tokens[::2] == (lengths[::2] - 1) // 16 * 16).all()
+    assert plan.saved_tokens == plan.tree_tokens == 19 * 512 + int((plan.tokens[::2] - 512).sum())
+    # Long pairs below a short common start: the same tree.
     system = rng.integers(0, 32000, 32).tolist()
     firsts = prompts(rng, system, 4, extra=2000)
     turns = [t for f in firsts for t in (f, f + [7] * 40)]
     lengths = np.array([len(t) for t in turns], dtype=np.int64)
     plan = hashed_prefixes([chain(t) for t in turns], 16, lengths)
-    assert plan.groups == 4 and all(plan.group[2 * i] == plan.group[2 * i + 1] for i in range(4))
-    assert (plan.tokens > 1000).all()
+    assert plan.groups == 5 and all(plan.group[2 * i] == plan.group[2 * i + 1] for i in range(4))
+    assert (plan.tokens > 1000).all() and plan.node_tokens[plan.parent[plan.group[0]]] == 32
 
 
 def test_a_prefix_never_reaches_the_last_prompt_token() -> None:
@@ -156,7 +162,7 @@ def test_the_replay_takes_its_prefixes_from_the_hashes_and_states_the_hit_rate()
         if t is not None:
             assert wl.prompt_len[i] // 16 == len(t) // 16
     said = next(a for a in replay.assumptions if a.startswith("prompt block hashes"))
-    assert "59 of 60" in said and "1 shared prefix of up to 1,024 tokens" in said
+    assert "59 of 60" in said and "1 shared prefix, up to 1,024 tokens" in said
     assert not any("inferred from the counters" in a for a in replay.assumptions)
     now = replay.run()
     assert now.prefix_cache_hit_rate is not None and now.prefix_cache_hit_rate > 0.6
@@ -213,3 +219,41 @@ def test_prompt_lengths_are_exact_where_the_log_showed_every_id() -> None:
     for i, n in enumerate(shown):
         assert wl.prompt_len[i] == (n // 16 * 16 + 8 if i == 3 else n)
     assert any("prompt lengths exact for 19 " in a for a in replay.assumptions)
+
+
+def test_client_rows_take_the_logged_request_of_their_time_and_length() -> None:
+    """hashes_for_rows: each client row takes the earliest logged request of its prompt
+    length from 1 s before its start to 2 s after; the log may hold more requests (earlier
+    ones, others' lengths); a row without one leaves the hashes out, said."""
+    from preemptscope.analysis.sim.observed_prefixes import hashes_for_rows
+    from preemptscope.analysis.sim.workload import Workload
+
+    rng = np.random.default_rng(5)
+    texts = [rng.integers(0, 32000, int(n)).tolist() for n in (300, 300, 500, 420, 300)]
+    # Logged at whole seconds; the first is a request the client rows do not have.
+    seconds = [0, 10, 10, 11, 13]
+    frame = pl.DataFrame(
+        {
+            "timestamp": [T0 + timedelta(seconds=s) for s in seconds],
+            PROMPT_HASHES: [chain(t) for t in texts],
+            "prompt_tokens": [len(t) for t in texts],
+            "prompt_cut": [False] * 5,
+        }
+    ).with_columns(pl.col("timestamp").dt.replace_time_zone("UTC"))
+    # The client's rows: starts 10.6, 10.2, 11.9, 13.4 s (the 300 and the 500 in another order).
+    starts = np.array([10.2, 10.6, 11.9, 13.4])
+    wl = Workload(
+        arrival=starts - starts[0],
+        prompt_len=np.array([500, 300, 420, 300], dtype=np.int64),
+        output_len=np.ones(4, dtype=np.int64),
+        priority=np.zeros(4, dtype=np.int64),
+    )
+    last = (T0 + timedelta(seconds=13.4)).replace(tzinfo=UTC)
+    said: list[str] = []
+    got = hashes_for_rows(frame, last, wl, said)
+    assert got == [chain(texts[2]), chain(texts[1]), chain(texts[3]), chain(texts[4])]
+    assert not said
+    # A row whose length no logged request has: no hashes, and the line says why.
+    odd = dataclasses.replace(wl, prompt_len=np.array([500, 300, 421, 300], dtype=np.int64))
+    assert hashes_for_rows(frame, last, odd, said) is None
+    assert "1 of 4 rows have no logged request" in said[-1]

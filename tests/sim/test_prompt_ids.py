@@ -101,7 +101,7 @@ def test_a_log_with_prompt_ids_replays_its_own_prefixes(
     hashed = next(n for n in notes if n.startswith("prompt block hashes for "))
     n = body["now"]["requests"]
     assert f"for {n} of {n} replayed requests (prompt lengths exact for {n} " in hashed
-    assert "1 shared prefix of up to 1,024 tokens" in hashed
+    assert "1 shared prefix, up to 1,024 tokens" in hashed
     assert not any("inferred from the counters" in note for note in notes)
     assert body["workload"]["prefixes"] == "hashes"
     assert "prompt lengths from the prompt block hashes" in body["workload"]["basis"]
@@ -168,3 +168,61 @@ def test_a_file_without_ids_keeps_its_requests_places(tmp_path: Path) -> None:
         assert found is not None and found.height == 2 * len(wl)
         assert found[PROMPT_HASHES].head(len(wl)).null_count() == len(wl)
         assert found[PROMPT_HASHES].tail(len(wl)).null_count() == 0
+
+
+def nested_workload(conversations: int = 30, turns: int = 3, seed: int = 0) -> Workload:
+    """A 512-token system prompt (node 0), then conversations whose every turn repeats the
+    one before it (node of turn k: the conversation's first k turns), a turn every 20 s."""
+    rng = np.random.default_rng(seed)
+    starts = np.cumsum(rng.exponential(1.0, conversations))
+    rows = []  # (arrival, conversation, turn, prompt, the node it is below)
+    parent, ends = [-1], [512]
+    for c in range(conversations):
+        length, up = 512, 0
+        for k in range(turns):
+            length += int(rng.integers(60, 200))
+            rows.append((starts[c] + 20.0 * k, c, k, length, up))
+            if k < turns - 1:  # the next turn shares this one's whole prompt (on 16s)
+                parent.append(up)
+                ends.append((length - 1) // 16 * 16)
+                up = len(parent) - 1
+    rows.sort()
+    arrival = np.array([r[0] for r in rows])
+    prompt = np.array([r[3] for r in rows], dtype=np.int64)
+    group = np.array([r[4] for r in rows], dtype=np.int64)
+    # A turn's deepest node is the one it shares with the next turn (its own prompt); the
+    # last turn's is the one its previous turn made.
+    for i, r in enumerate(rows):
+        if r[2] < turns - 1:
+            group[i] = 1 + r[1] * (turns - 1) + r[2]
+    ends_a = np.array(ends, dtype=np.int64)
+    return Workload(
+        arrival=arrival - arrival[0],
+        prompt_len=prompt,
+        output_len=rng.integers(20, 60, len(rows)).astype(np.int64),
+        priority=np.zeros(len(rows), dtype=np.int64),
+    ).with_prefix(group, ends_a[group], np.array(parent, dtype=np.int64), ends_a)
+
+
+def test_nested_prefixes_come_back_from_the_log_with_client_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A simulated server with a system prompt and conversations, its log printing the ids
+    and its client rows (bench JSON): the replay lines the log's hashes up with the rows and
+    shares the tree (both depths), at the hit rate the server counted."""
+    from preemptscope.analysis.sim.writers import render_bench_result
+
+    wl = nested_workload()
+    config = SimConfig(num_gpu_blocks_override=600, max_num_seqs=32, enable_prefix_caching=True)
+    result = simulate(wl, config)
+    log, bench = tmp_path / "vllm.log", tmp_path / "bench.json"
+    log.write_text("\n".join(render_log(result, era="v1", start=START, prompt_ids=True)) + "\n")
+    bench.write_text(json.dumps(render_bench_result(result, start=START)))
+    argv = ["whatif", "--log", str(log), "--bench", str(bench), "--max-num-seqs", "8", "--json"]
+    assert main(argv) == 0
+    body = json.loads(capsys.readouterr().out)
+    hashed = next(n for n in body["assumptions"] if n.startswith("prompt block hashes for "))
+    assert "1 shared prefix and 60 nested in them" in hashed
+    truth = result.prefix_cache_hit_rate
+    assert truth is not None and truth > 0.5
+    assert abs(body["now"]["prefix_cache_hit_rate"] - truth) <= 0.05
