@@ -48,6 +48,11 @@ FIRST_PARSE_WAIT_S = 10.0
 _NOTHING_READ = datetime.min.replace(tzinfo=UTC)
 
 
+def _log_key(target: LogTarget) -> str:
+    """A followed log's key among the live state's input marks."""
+    return f"log\t{target.path}"
+
+
 @dataclass
 class _Followed:
     target: LogTarget
@@ -123,7 +128,7 @@ class Service:
             )
             self._followed.append(_Followed(target, follower, {}))
             # Nothing of the file is read yet: none of its windows is complete.
-            self.live.mark_input(f"log\t{target.path}", target.deployment, _NOTHING_READ)
+            self.live.mark_input(_log_key(target), target.deployment, _NOTHING_READ)
             if checkpoint is not None:
                 # Until the first parse, a checkpoint keeps where the last run stopped (a file
                 # without one stays absent: a restart then starts it as --start-at says).
@@ -234,7 +239,7 @@ class Service:
         for followed in self._followed:
             if not any(state.pending for state, _ in followed.states.values()):
                 self.live.mark_input(
-                    f"log\t{followed.target.path}",
+                    _log_key(followed.target),
                     followed.target.deployment,
                     began - timedelta(seconds=STAMP_RESOLUTION_S),
                 )
